@@ -1,0 +1,148 @@
+"""How an input's initial value is produced: random, constant, a range, inline values or a .npy file."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import InitError
+from engine.program.dtypes import DType
+
+# kind -> {parameter: default}; a default of None means the parameter is required.
+_KINDS: dict[str, dict[str, Any]] = {
+    "normal": {"seed": None, "mean": 0.0, "std": 1.0},
+    "uniform": {"seed": None, "low": -1.0, "high": 1.0},
+    "zeros": {},
+    "ones": {},
+    "full": {"value": None},
+    "arange": {"start": 0.0, "step": 1.0},
+    "values": {"values": None},
+    "npy": {"path": None},
+}
+
+
+@dataclass(frozen=True)
+class Init:
+    """An initial-value spec: ``kind`` plus its parameters (see docs/graph-format.md)."""
+
+    kind: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def normal(seed: int, mean: float = 0.0, std: float = 1.0) -> Init:
+        return Init("normal", {"seed": seed, "mean": mean, "std": std})
+
+    @staticmethod
+    def uniform(seed: int, low: float = -1.0, high: float = 1.0) -> Init:
+        return Init("uniform", {"seed": seed, "low": low, "high": high})
+
+    @staticmethod
+    def for_name(name: str) -> Init:
+        """The default: standard normal, seeded from the input's name so it is stable."""
+        return Init.normal(zlib.crc32(name.encode()))
+
+    def materialize(self, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+        """The input's value as an array of ``shape`` and ``dtype``."""
+        p, np_dtype = self.params, dtype.numpy
+        if self.kind == "normal":
+            data = np.random.default_rng(p["seed"]).normal(p["mean"], p["std"], shape)
+        elif self.kind == "uniform":
+            data = np.random.default_rng(p["seed"]).uniform(p["low"], p["high"], shape)
+        elif self.kind in ("zeros", "ones", "full"):
+            return np.full(shape, {"zeros": 0, "ones": 1}.get(self.kind, p.get("value")), np_dtype)
+        elif self.kind == "arange":
+            data = (p["start"] + p["step"] * np.arange(math.prod(shape), dtype=np.float64)).reshape(shape)
+        elif self.kind == "values":
+            data = np.asarray(p["values"])
+        else:
+            data = np.load(p["path"], allow_pickle=False)
+        if dtype == DType.BOOL and self.kind in ("normal", "uniform", "arange"):
+            return data > 0
+        return np.ascontiguousarray(data.astype(np_dtype, copy=False))
+
+    def to_json(self, base_dir: Path | None) -> Any:
+        """The graph.json form; a .npy path is written relative to ``base_dir`` when it lies below it."""
+        if self.kind in ("zeros", "ones"):
+            return self.kind
+        params = dict(self.params)
+        if self.kind == "npy" and base_dir is not None:
+            path = Path(params["path"])
+            params["path"] = str(path.relative_to(base_dir)) if path.is_relative_to(base_dir) else str(path)
+        return {"kind": self.kind, **params}
+
+
+def _number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def parse_init(spec: object, shape: tuple[int, ...], dtype: DType, base_dir: Path) -> Init:
+    """Validate a graph.json ``init`` value against its input's shape and dtype.
+
+    Raises InitError located relative to the ``init`` key (e.g. ``path``).
+    """
+    if isinstance(spec, str):
+        spec = {"kind": spec}
+    if not isinstance(spec, dict):
+        raise InitError(f"expected a string or an object with a 'kind', got {spec!r}")
+    kind = spec.get("kind")
+    if kind not in _KINDS:
+        raise InitError(f"unknown init kind {kind!r} (expected one of {', '.join(_KINDS)})", "kind")
+    allowed = _KINDS[kind]
+    params: dict[str, Any] = {}
+    for key, value in spec.items():
+        if key == "kind":
+            continue
+        if key not in allowed:
+            raise InitError(f"init kind {kind!r} has no parameter {key!r} (its parameters: {', '.join(allowed) or 'none'})", key)
+        params[key] = value
+    for key, default in allowed.items():
+        if key not in params:
+            if default is None:
+                raise InitError(f"init kind {kind!r} needs the parameter {key!r}")
+            params[key] = default
+    _check_params(kind, params, shape, dtype, base_dir)
+    return Init(kind, params)
+
+
+def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dtype: DType, base_dir: Path) -> None:
+    for key, value in params.items():
+        if key == "seed" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise InitError(f"seed must be a non-negative integer, got {value!r}", key)
+        if key in ("mean", "std", "low", "high", "value", "start", "step") and not (_number(value) or isinstance(value, bool)):
+            raise InitError(f"{key} must be a number, got {value!r}", key)
+    if kind == "normal" and params["std"] < 0:
+        raise InitError(f"std must be >= 0, got {params['std']}", "std")
+    if kind == "values":
+        try:
+            data = np.asarray(params["values"])
+        except ValueError:
+            raise InitError("values are ragged: every row must have the same length", "values") from None
+        if data.dtype == object or not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
+            raise InitError("values must be numbers or booleans in nested lists", "values")
+        if data.shape != shape:
+            raise InitError(f"values have shape {list(data.shape)}, but the input's shape is {list(shape)}", "values")
+    if kind == "npy":
+        params["path"] = str(_check_npy(params["path"], shape, dtype, base_dir))
+
+
+def _check_npy(path: object, shape: tuple[int, ...], dtype: DType, base_dir: Path) -> Path:
+    if not isinstance(path, str) or not path:
+        raise InitError(f"path must be a file name, got {path!r}", "path")
+    full = (base_dir / path).resolve()
+    if not full.is_file():
+        raise InitError(f"file not found: {full}", "path")
+    try:
+        data = np.load(full, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise InitError(f"{full} is not a readable .npy file ({e})", "path") from None
+    if data.shape != shape:
+        raise InitError(f"{full} holds shape {list(data.shape)}, but the input's shape is {list(shape)}", "path")
+    if not np.can_cast(data.dtype, dtype.numpy, casting="same_kind"):
+        raise InitError(f"{full} holds dtype {data.dtype}, which does not convert to {dtype}", "path")
+    return full

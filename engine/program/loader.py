@@ -1,0 +1,207 @@
+"""Reading graph.json into a validated Program, every mistake reported at its JSON location."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.errors import CycleError, FormatError, GraphError, ShapeError, TensorNameError
+from engine.program.dtypes import DType
+from engine.program.init import Init, parse_init
+from engine.program.lowering import infer
+from engine.program.opset import OPS
+from engine.program.program import FORMAT_VERSION, Input, Node, Program
+
+_TOP_KEYS = {"version", "name", "description", "inputs", "nodes", "outputs"}
+_INPUT_KEYS = {"shape", "dtype", "init"}
+_NODE_KEYS = {"id", "op", "args", "attrs"}
+
+
+def load(path: str | Path) -> Program:
+    """Read and validate a graph.json file; raises GraphError naming the file and place."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GraphError("no such file", source=str(path)) from None
+    except IsADirectoryError:
+        raise GraphError("is a directory, not a graph.json file", source=str(path)) from None
+    except UnicodeDecodeError as e:
+        raise FormatError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
+    except OSError as e:
+        raise GraphError(f"cannot read: {e.strerror}", source=str(path)) from None
+    return loads(text, base_dir=path.resolve().parent, source=str(path))
+
+
+def loads(text: str, base_dir: Path | None = None, source: str = "") -> Program:
+    """Parse graph.json text; ``base_dir`` resolves relative .npy paths."""
+    try:
+        doc = json.loads(text, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as e:
+        raise FormatError(f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}", source) from None
+    except GraphError as e:
+        raise e.within("", source) from None
+    try:
+        return parse(doc, base_dir or Path.cwd())
+    except GraphError as e:
+        raise e.within("", source) from None
+    except RecursionError:
+        raise FormatError("nested too deeply", source=source) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise FormatError(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _suggest(word: str, choices: Any) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], what: str, location: str) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise FormatError(f"expected {what}, got {json.dumps(value)[:60]}", location)
+    return value
+
+
+def _check_keys(obj: Mapping[str, Any], allowed: set[str], location: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise FormatError(f"unknown key {key!r}{_suggest(key, allowed)} (allowed: {', '.join(sorted(allowed))})",
+                              f"{location}.{key}" if location else key)
+
+
+def parse(doc: Any, base_dir: Path) -> Program:
+    """Validate a decoded graph.json document."""
+    _expect(doc, dict, "a JSON object with inputs, nodes and outputs", "")
+    _check_keys(doc, _TOP_KEYS, "")
+    if doc.get("version", FORMAT_VERSION) != FORMAT_VERSION:
+        raise FormatError(f"unsupported version {doc['version']!r} (this reader knows version {FORMAT_VERSION})", "version")
+    name = _expect(doc.get("name", ""), str, "a string", "name")
+    description = _expect(doc.get("description", ""), str, "a string", "description")
+    for key in ("inputs", "nodes", "outputs"):
+        if key not in doc:
+            raise FormatError(f"missing the {key!r} key", "")
+    inputs = _parse_inputs(_expect(doc["inputs"], dict, "an object of name -> input", "inputs"), base_dir)
+    types = {i.name: (i.shape, i.dtype) for i in inputs}
+    raw_nodes = _expect(doc["nodes"], list, "a list of nodes", "nodes")
+    nodes = [_parse_node(raw, i) for i, raw in enumerate(raw_nodes)]
+    order = _dependency_order(nodes, types)
+    typed: list[Node] = []
+    for i in order:
+        node_id, op, args, attrs = nodes[i]
+        try:
+            shape, dtype = infer(op, [types[a] for a in args], attrs)
+            complete = OPS[op].complete(attrs)
+        except GraphError as e:
+            raise e.within(f"nodes[{i}]") from None
+        types[node_id] = (shape, dtype)
+        typed.append(Node(node_id, op, args, complete, shape, dtype))
+    outputs = _parse_outputs(doc["outputs"], types)
+    return Program(tuple(inputs), tuple(typed), outputs, name, description, base_dir)
+
+
+def _parse_inputs(raw: dict[str, Any], base_dir: Path) -> list[Input]:
+    inputs = []
+    for name, spec in raw.items():
+        loc = f"inputs.{name}"
+        if not name:
+            raise TensorNameError("an input name must not be empty", loc)
+        _expect(spec, dict, "an object with shape, dtype and init", loc)
+        _check_keys(spec, _INPUT_KEYS, loc)
+        if "shape" not in spec:
+            raise FormatError("missing the 'shape' key", loc)
+        shape = spec["shape"]
+        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            raise ShapeError(f"expected a list of integers, got {json.dumps(shape)[:60]}", f"{loc}.shape")
+        if any(d < 0 for d in shape):
+            raise ShapeError(f"dimensions must be >= 0, got {shape}", f"{loc}.shape")
+        try:
+            dtype = DType.parse(spec.get("dtype", "f32"))
+        except GraphError as e:
+            raise e.within(f"{loc}.dtype") from None
+        try:
+            init = parse_init(spec["init"], tuple(shape), dtype, base_dir) if "init" in spec else Init.for_name(name)
+        except GraphError as e:
+            raise e.within(f"{loc}.init") from None
+        inputs.append(Input(name, tuple(shape), dtype, init))
+    return inputs
+
+
+def _parse_node(raw: Any, i: int) -> tuple[str, str, tuple[str, ...], dict[str, Any]]:
+    loc = f"nodes[{i}]"
+    _expect(raw, dict, "a node object with id, op, args and attrs", loc)
+    _check_keys(raw, _NODE_KEYS, loc)
+    for key in ("id", "op"):
+        if key not in raw:
+            raise FormatError(f"missing the {key!r} key", loc)
+    node_id = _expect(raw["id"], str, "a string id", f"{loc}.id")
+    if not node_id:
+        raise TensorNameError("a node id must not be empty", f"{loc}.id")
+    op = _expect(raw["op"], str, "an op name", f"{loc}.op")
+    if op not in OPS:
+        raise GraphError(f"unknown op {op!r}{_suggest(op, OPS)}", f"{loc}.op")
+    args = _expect(raw.get("args", []), list, "a list of tensor names", f"{loc}.args")
+    for j, arg in enumerate(args):
+        _expect(arg, str, "a tensor name", f"{loc}.args[{j}]")
+    attrs = _expect(raw.get("attrs", {}), dict, "an object of attributes", f"{loc}.attrs")
+    return node_id, op, tuple(args), attrs
+
+
+def _dependency_order(nodes: list[tuple[str, str, tuple[str, ...], dict]], types: dict) -> list[int]:
+    """Node indices ordered so every node follows its arguments (the file may list them in any order)."""
+    index: dict[str, int] = {}
+    for i, (node_id, *_rest) in enumerate(nodes):
+        if node_id in types:
+            raise TensorNameError(f"id {node_id!r} is already the name of an input", f"nodes[{i}].id")
+        if node_id in index:
+            raise TensorNameError(f"duplicate id {node_id!r} (also nodes[{index[node_id]}])", f"nodes[{i}].id")
+        index[node_id] = i
+    for i, (_id, _op, args, _attrs) in enumerate(nodes):
+        for j, arg in enumerate(args):
+            if arg not in types and arg not in index:
+                raise TensorNameError(f"unknown tensor {arg!r}{_suggest(arg, [*types, *index])}", f"nodes[{i}].args[{j}]")
+    order: list[int] = []
+    state = [0] * len(nodes)  # 0 unvisited, 1 on the stack, 2 done
+    for root in range(len(nodes)):
+        if state[root]:
+            continue
+        stack = [(root, 0)]
+        state[root] = 1
+        while stack:
+            i, j = stack.pop()
+            deps = [index[a] for a in nodes[i][2] if a in index]
+            if j < len(deps):
+                stack.append((i, j + 1))
+                d = deps[j]
+                if state[d] == 1:
+                    cycle = [nodes[k][0] for k, _ in stack[[k for k, _ in stack].index(d):]] + [nodes[d][0]]
+                    raise CycleError(f"cycle: {' -> '.join(reversed(cycle))}", f"nodes[{d}]")
+                if state[d] == 0:
+                    state[d] = 1
+                    stack.append((d, 0))
+            else:
+                state[i] = 2
+                order.append(i)
+    return order
+
+
+def _parse_outputs(raw: Any, types: dict) -> tuple[str, ...]:
+    _expect(raw, list, "a list of tensor names", "outputs")
+    if not raw:
+        raise FormatError("a program needs at least one output", "outputs")
+    for k, name in enumerate(raw):
+        _expect(name, str, "a tensor name", f"outputs[{k}]")
+        if name not in types:
+            raise TensorNameError(f"unknown tensor {name!r}{_suggest(name, types)}", f"outputs[{k}]")
+        if name in raw[:k]:
+            raise TensorNameError(f"{name!r} is listed twice", f"outputs[{k}]")
+    return tuple(raw)

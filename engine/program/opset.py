@@ -1,0 +1,446 @@
+"""The op set of graph.json and the Tensor API, and how each op lowers to primitives.
+
+Each op is an ``OpSpec``: its arity, its typed attributes, and a ``lower``
+function ``lower(em, *args, **attrs)`` written with Tensor methods on lowering
+handles (composite ops) or with ``em.emit`` (ops that map onto one primitive).
+``lower`` is also where user mistakes are caught: it raises a located
+``GraphError`` subclass, so validation and lowering cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.errors import DTypeError, GraphError, ShapeError
+from engine.program import attrs as attr_types
+from engine.program.attrs import Attr
+from engine.program.dtypes import DType, promote
+from engine.program.primitives import UNARY_OPS, Shape
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op: ``arity`` is (fewest, most) tensor arguments."""
+
+    name: str
+    lower: Callable[..., Any]
+    arity: tuple[int, int]
+    attrs: Mapping[str, Attr] = field(default_factory=dict)
+    summary: str = ""
+
+    def complete(self, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Parse the given attributes and add defaults; errors are located at ``attrs.NAME``."""
+        for name in given:
+            if name not in self.attrs:
+                known = ", ".join(self.attrs) or "none"
+                raise GraphError(f"op {self.name!r} has no attribute {name!r} (its attributes: {known})", f"attrs.{name}")
+        out = {}
+        for name, attr in self.attrs.items():
+            if name in given:
+                try:
+                    out[name] = attr.parse(given[name])
+                except GraphError as e:
+                    raise e.within(f"attrs.{name}") from None
+            elif attr.required:
+                raise GraphError(f"op {self.name!r} needs the attribute {name!r}", "attrs")
+            else:
+                out[name] = attr.default
+        return out
+
+
+# -- shape helpers -------------------------------------------------------------------
+
+
+def _fmt(shape: Shape) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def normalize_axis(axis: int, ndim: int, attr: str) -> int:
+    """``axis`` as a non-negative index, or a ShapeError located at ``attrs.ATTR``."""
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"axis {axis} is out of range for a tensor of rank {ndim}", f"attrs.{attr}")
+    return axis % ndim
+
+
+def normalize_axes(axes: tuple[int, ...] | None, ndim: int, attr: str = "axes") -> tuple[int, ...]:
+    """Sorted, non-negative, distinct axes (``None`` means all)."""
+    if axes is None:
+        return tuple(range(ndim))
+    out = tuple(sorted({normalize_axis(a, ndim, attr) for a in axes}))
+    if len(out) != len(axes):
+        raise ShapeError(f"axes {list(axes)} name the same axis twice", f"attrs.{attr}")
+    return out
+
+
+def broadcast_shapes(a: Shape, b: Shape) -> Shape:
+    """numpy's broadcasting of two shapes, or a ShapeError naming both."""
+    rank = max(len(a), len(b))
+    pa, pb = (1,) * (rank - len(a)) + a, (1,) * (rank - len(b)) + b
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and 1 not in (x, y):
+            raise ShapeError(f"shapes {_fmt(a)} and {_fmt(b)} cannot be broadcast together")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _float(x):
+    return x if x.dtype.is_float else x.cast(DType.F32)
+
+
+def _forbid_bool(op: str, *xs) -> None:
+    if any(x.dtype == DType.BOOL for x in xs):
+        raise DTypeError(f"{op} does not accept bool tensors (cast to i32 or f32 first)")
+
+
+# -- elementwise ---------------------------------------------------------------------
+
+_FLOAT_ONLY = {"exp2", "log2", "sin", "cos", "sqrt", "recip"}
+
+
+def _lower_prim_unary(op: str) -> Callable[..., Any]:
+    def lower(em, x):
+        if op == "not":
+            if x.dtype != DType.BOOL:
+                raise DTypeError(f"not needs a bool tensor, got {x.dtype}")
+        else:
+            _forbid_bool(op, x)
+        if op in _FLOAT_ONLY:
+            x = _float(x)
+        return em.emit(op, (x,))
+
+    return lower
+
+
+def _lower_binary(prim: str, kind: str) -> Callable[..., Any]:
+    def lower(em, a, b):
+        shape = broadcast_shapes(a.shape, b.shape)
+        a, b = a.expand(shape), b.expand(shape)
+        dtype = promote(a.dtype, b.dtype)
+        if kind == "logic" and dtype != DType.BOOL:
+            raise DTypeError(f"{prim} needs bool tensors, got {a.dtype} and {b.dtype}")
+        if kind == "arith" and dtype == DType.BOOL:
+            dtype = DType.I32
+        return em.emit(prim, (a.cast(dtype), b.cast(dtype)))
+
+    return lower
+
+
+def _lower_minimum(em, a, b):
+    _forbid_bool("minimum", a, b)
+    return -((-a).maximum(-b))
+
+
+def _lower_exp(em, x):
+    return (_float(x) * (1 / math.log(2))).exp2()
+
+
+def _lower_log(em, x):
+    return _float(x).log2() * math.log(2)
+
+
+def _lower_abs(em, x):
+    _forbid_bool("abs", x)
+    return x.relu() + (-x).relu()
+
+
+def _lower_sigmoid(em, x):
+    return ((-_float(x)).exp() + 1).recip()
+
+
+def _lower_tanh(em, x):
+    return (_float(x) * 2).sigmoid() * 2 - 1
+
+
+def _lower_gelu(em, x):
+    """The tanh approximation of GELU (as in GPT-2 and PyTorch's approximate='tanh')."""
+    x = _float(x)
+    return x * 0.5 * ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh() + x * 0.5
+
+
+def _lower_silu(em, x):
+    return _float(x) * x.sigmoid()
+
+
+# -- movement and constants -----------------------------------------------------------
+
+
+def _lower_const(em, value, dtype, shape):
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"const shape {_fmt(shape)} has a negative dimension", "attrs.shape")
+    if dtype == DType.BOOL and not isinstance(value, bool):
+        raise DTypeError(f"a bool const needs true or false, got {value!r}", "attrs.value")
+    if dtype.is_int and not float(value).is_integer():
+        raise DTypeError(f"an {dtype} const needs an integer value, got {value!r}", "attrs.value")
+    c = em.const(value, dtype)
+    return c.expand(shape) if shape else c
+
+
+def _lower_reshape(em, x, shape):
+    numel = math.prod(x.shape)
+    if shape.count(-1) > 1:
+        raise ShapeError(f"reshape to {_fmt(shape)}: at most one dimension may be -1", "attrs.shape")
+    if -1 in shape:
+        known = math.prod(d for d in shape if d != -1)
+        if known == 0 or numel % known:
+            raise ShapeError(f"cannot reshape {_fmt(x.shape)} ({numel} elements) to {_fmt(shape)}", "attrs.shape")
+        shape = tuple(numel // known if d == -1 else d for d in shape)
+    if math.prod(shape) != numel:
+        raise ShapeError(
+            f"cannot reshape {_fmt(x.shape)} ({numel} elements) to {_fmt(shape)} ({math.prod(shape)} elements)",
+            "attrs.shape",
+        )
+    return x if shape == x.shape else em.emit("reshape", (x,), shape)
+
+
+def _lower_permute(em, x, axes):
+    normalized = tuple(normalize_axis(a, x.ndim, "axes") for a in axes)
+    if sorted(normalized) != list(range(x.ndim)):
+        raise ShapeError(f"axes {list(axes)} are not a permutation of the {x.ndim} axes of {_fmt(x.shape)}", "attrs.axes")
+    return em.emit("permute", (x,), normalized)
+
+
+def _lower_transpose(em, x, dim0, dim1):
+    if x.ndim < 2:
+        raise ShapeError(f"transpose needs a tensor of rank >= 2, got shape {_fmt(x.shape)}")
+    order = list(range(x.ndim))
+    i, j = normalize_axis(dim0, x.ndim, "dim0"), normalize_axis(dim1, x.ndim, "dim1")
+    order[i], order[j] = order[j], order[i]
+    return x.permute(*order)
+
+
+def _lower_expand(em, x, shape):
+    if len(shape) < x.ndim:
+        raise ShapeError(f"cannot expand {_fmt(x.shape)} to {_fmt(shape)}: the target has fewer axes", "attrs.shape")
+    padded = (1,) * (len(shape) - x.ndim) + x.shape
+    for axis, (have, want) in enumerate(zip(padded, shape)):
+        if have not in (1, want):
+            raise ShapeError(
+                f"cannot expand {_fmt(x.shape)} to {_fmt(shape)}: axis {axis} has size {have}, not 1 or {want}",
+                "attrs.shape",
+            )
+    if shape == x.shape:
+        return x
+    x = x.reshape(padded)
+    return x if shape == padded else em.emit("expand", (x,), shape)
+
+
+def _lower_pad(em, x, padding, value):
+    if len(padding) != x.ndim:
+        raise ShapeError(f"padding has {len(padding)} pairs for a tensor of rank {x.ndim}", "attrs.padding")
+    shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, padding))
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"padding {[list(p) for p in padding]} shrinks {_fmt(x.shape)} below zero", "attrs.padding")
+    if x.dtype.is_int and not float(value).is_integer():
+        raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value")
+    fill = bool(value) if x.dtype == DType.BOOL else (int(value) if x.dtype.is_int else float(value))
+    return x if all(p == (0, 0) for p in padding) else em.emit("pad", (x,), (padding, fill))
+
+
+def _lower_cast(em, x, dtype):
+    return x if x.dtype == dtype else em.emit("cast", (x,), dtype)
+
+
+# -- reductions ----------------------------------------------------------------------
+
+
+def _keep(x, reduced, axes):
+    """Reshape a reduced tensor so the reduced axes come back with size 1."""
+    return reduced.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+
+
+def _lower_reduce(prim: str) -> Callable[..., Any]:
+    def lower(em, x, axes, keepdim):
+        axes = normalize_axes(axes, x.ndim)
+        if prim == "reduce_sum" and x.dtype == DType.BOOL:
+            x = x.cast(DType.I32)
+        if prim == "reduce_max" and any(x.shape[a] == 0 for a in axes):
+            raise ShapeError(f"max over an empty axis of {_fmt(x.shape)} has no value", "attrs.axes")
+        if not axes:
+            return x
+        out = em.emit(prim, (x,), axes)
+        return _keep(x, out, axes) if keepdim else out
+
+    return lower
+
+
+def _lower_mean(em, x, axes, keepdim):
+    axes = normalize_axes(axes, x.ndim)
+    count = math.prod(x.shape[a] for a in axes)
+    return _float(x).sum(axes, keepdim) * (1 / count if count else math.nan)
+
+
+def _lower_var(em, x, axes, keepdim, correction):
+    axes = normalize_axes(axes, x.ndim)
+    count = math.prod(x.shape[a] for a in axes) - correction
+    d = _float(x) - x.mean(axes, keepdim=True)
+    return (d * d).sum(axes, keepdim) * (1 / count if count > 0 else math.nan)
+
+
+# -- neural-network ops ----------------------------------------------------------------
+
+
+def _lower_matmul(em, a, b):
+    if a.ndim < 2 or b.ndim < 2:
+        raise ShapeError(f"matmul needs tensors of rank >= 2, got {_fmt(a.shape)} @ {_fmt(b.shape)}")
+    (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
+    if k != k2:
+        raise ShapeError(
+            f"matmul inner dimensions differ: {_fmt(a.shape)} @ {_fmt(b.shape)} ({k} != {k2})"
+        )
+    _forbid_bool("matmul", a, b)
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    dtype = promote(a.dtype, b.dtype)
+    a = a.cast(dtype).expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
+    b = b.cast(dtype).expand(batch + (k, n)).transpose().reshape(batch + (1, n, k)).expand(batch + (m, n, k))
+    return (a * b).sum(-1)
+
+
+def _lower_softmax(em, x, axis):
+    axis = normalize_axis(axis, x.ndim, "axis")
+    e = (_float(x) - x.max(axis, keepdim=True)).exp()
+    return e / e.sum(axis, keepdim=True)
+
+
+def _lower_log_softmax(em, x, axis):
+    axis = normalize_axis(axis, x.ndim, "axis")
+    shifted = _float(x) - x.max(axis, keepdim=True)
+    return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+
+def _affine(y, weight, bias):
+    if weight is not None:
+        y = y * weight
+    return y if bias is None else y + bias
+
+
+def _lower_layernorm(em, x, weight=None, bias=None, *, axis, eps):
+    axis = normalize_axis(axis, x.ndim, "axis")
+    d = _float(x) - x.mean(axis, keepdim=True)
+    y = d * ((d * d).mean(axis, keepdim=True) + eps).sqrt().recip()
+    return _affine(y, weight, bias)
+
+
+def _lower_rmsnorm(em, x, weight=None, *, axis, eps):
+    axis = normalize_axis(axis, x.ndim, "axis")
+    x = _float(x)
+    return _affine(x * ((x * x).mean(axis, keepdim=True) + eps).sqrt().recip(), weight, None)
+
+
+def _windows(x, axis: int, k: int, stride: int):
+    """Replace axis ``axis`` (size L) by two axes (k, OL): ``out[.., j, o, ..] = x[.., o*stride + j, ..]``.
+
+    Movement ops only (tinygrad's pooling trick): repeat the axis k times, pad
+    the flattened copies by one element each so row j starts j places later,
+    then keep every ``stride``-th column.
+    """
+    pre, size, post = x.shape[:axis], x.shape[axis], x.shape[axis + 1 :]
+    out = (size - k) // stride + 1
+    none = ((0, 0),) * len(pre)
+    after = ((0, 0),) * len(post)
+    x = x.reshape(pre + (1, size) + post).expand(pre + (k, size) + post).reshape(pre + (k * size,) + post)
+    x = x.pad(none + ((0, k),) + after).reshape(pre + (k, size + 1) + post)
+    x = x.pad(none + ((0, 0), (0, out * stride - size - 1)) + after)
+    x = x.reshape(pre + (k, out, stride) + post).pad(none + ((0, 0), (0, 0), (0, 1 - stride)) + after)
+    return x.reshape(pre + (k, out) + post)
+
+
+def _lower_conv2d(em, x, w, bias=None, *, stride, padding):
+    if x.ndim != 4 or w.ndim != 4:
+        raise ShapeError(f"conv2d needs x [N, C, H, W] and weight [O, C, KH, KW], got {_fmt(x.shape)} and {_fmt(w.shape)}")
+    if stride < 1:
+        raise ShapeError(f"stride must be >= 1, got {stride}", "attrs.stride")
+    if padding < 0:
+        raise ShapeError(f"padding must be >= 0, got {padding}", "attrs.padding")
+    (n, c, h, wd), (o, c2, kh, kw) = x.shape, w.shape
+    if c != c2:
+        raise ShapeError(f"conv2d channels differ: x {_fmt(x.shape)} has {c}, weight {_fmt(w.shape)} has {c2}")
+    if h + 2 * padding < kh or wd + 2 * padding < kw:
+        raise ShapeError(f"conv2d kernel {kh}x{kw} is larger than the padded input {h + 2 * padding}x{wd + 2 * padding}")
+    if bias is not None and bias.shape != (o,):
+        raise ShapeError(f"conv2d bias must have shape [{o}], got {_fmt(bias.shape)}")
+    _forbid_bool("conv2d", x, w)
+    dtype = promote(x.dtype, w.dtype)
+    x = x.cast(dtype).pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    win = _windows(_windows(x, 2, kh, stride), 4, kw, stride)  # [N, C, KH, OH, KW, OW]
+    oh, ow = win.shape[3], win.shape[5]
+    full = (n, o, oh, ow, c, kh, kw)
+    patches = win.permute(0, 3, 5, 1, 2, 4).reshape(n, 1, oh, ow, c, kh, kw).expand(full)
+    kernel = w.cast(dtype).reshape(1, o, 1, 1, c, kh, kw).expand(full)
+    out = (patches * kernel).sum((4, 5, 6))
+    return out if bias is None else out + bias.reshape(1, o, 1, 1)
+
+
+def _lower_attention(em, q, k, v, *, scale):
+    if min(q.ndim, k.ndim, v.ndim) < 2:
+        raise ShapeError(f"attention needs q, k, v of rank >= 2, got {_fmt(q.shape)}, {_fmt(k.shape)}, {_fmt(v.shape)}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ShapeError(f"attention: q {_fmt(q.shape)} and k {_fmt(k.shape)} differ in the last axis")
+    if k.shape[-2] != v.shape[-2]:
+        raise ShapeError(f"attention: k {_fmt(k.shape)} and v {_fmt(v.shape)} differ in the sequence axis (-2)")
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    return ((q @ k.transpose()) * scale).softmax(-1) @ v
+
+
+# -- the registry ----------------------------------------------------------------------
+
+_REDUCE_ATTRS = {"axes": Attr(attr_types.parse_axes, None), "keepdim": Attr(attr_types.parse_bool, False)}
+_AXIS = {"axis": Attr(attr_types.parse_int, -1)}
+
+
+def _optional_float(v: object) -> float | None:
+    return None if v is None else attr_types.parse_float(v)
+
+
+def _specs() -> dict[str, OpSpec]:
+    specs = [
+        OpSpec("const", _lower_const, (0, 0), {
+            "value": Attr(attr_types.parse_scalar), "dtype": Attr(attr_types.parse_dtype, DType.F32), "shape": Attr(attr_types.parse_shape, ()),
+        }, "a constant, broadcast to shape"),
+        OpSpec("reshape", _lower_reshape, (1, 1), {"shape": Attr(attr_types.parse_shape)}, "same elements, new shape (one -1 allowed)"),
+        OpSpec("permute", _lower_permute, (1, 1), {"axes": Attr(attr_types.parse_ints)}, "reorder axes"),
+        OpSpec("transpose", _lower_transpose, (1, 1), {"dim0": Attr(attr_types.parse_int, -2), "dim1": Attr(attr_types.parse_int, -1)},
+               "swap two axes"),
+        OpSpec("expand", _lower_expand, (1, 1), {"shape": Attr(attr_types.parse_shape)}, "broadcast to shape (numpy rules)"),
+        OpSpec("pad", _lower_pad, (1, 1), {"padding": Attr(attr_types.parse_padding), "value": Attr(attr_types.parse_scalar, 0.0)},
+               "pad (or, with negative amounts, shrink) each axis"),
+        OpSpec("cast", _lower_cast, (1, 1), {"dtype": Attr(attr_types.parse_dtype)}, "convert element type"),
+        OpSpec("sum", _lower_reduce("reduce_sum"), (1, 1), _REDUCE_ATTRS, "sum over axes"),
+        OpSpec("max", _lower_reduce("reduce_max"), (1, 1), _REDUCE_ATTRS, "maximum over axes"),
+        OpSpec("mean", _lower_mean, (1, 1), _REDUCE_ATTRS, "mean over axes"),
+        OpSpec("var", _lower_var, (1, 1), {**_REDUCE_ATTRS, "correction": Attr(attr_types.parse_int, 0)}, "variance over axes"),
+        OpSpec("matmul", _lower_matmul, (2, 2), {}, "batched, broadcasting matrix product"),
+        OpSpec("softmax", _lower_softmax, (1, 1), _AXIS, "softmax along an axis"),
+        OpSpec("log_softmax", _lower_log_softmax, (1, 1), _AXIS, "log of softmax along an axis"),
+        OpSpec("layernorm", _lower_layernorm, (1, 3), {**_AXIS, "eps": Attr(attr_types.parse_float, 1e-5)},
+               "layer normalisation: args x, optional weight, optional bias"),
+        OpSpec("rmsnorm", _lower_rmsnorm, (1, 2), {**_AXIS, "eps": Attr(attr_types.parse_float, 1e-6)},
+               "RMS normalisation: args x, optional weight"),
+        OpSpec("conv2d", _lower_conv2d, (2, 3), {"stride": Attr(attr_types.parse_int, 1), "padding": Attr(attr_types.parse_int, 0)},
+               "2-D convolution: args x [N,C,H,W], weight [O,C,KH,KW], optional bias [O]"),
+        OpSpec("attention", _lower_attention, (3, 3), {"scale": Attr(_optional_float, None)},
+               "scaled dot-product attention softmax(q @ k^T * scale) @ v"),
+        OpSpec("minimum", _lower_minimum, (2, 2), {}, "elementwise minimum (broadcasting)"),
+        OpSpec("exp", _lower_exp, (1, 1), {}, "e ** x"),
+        OpSpec("log", _lower_log, (1, 1), {}, "natural logarithm"),
+        OpSpec("abs", _lower_abs, (1, 1), {}, "absolute value"),
+        OpSpec("sigmoid", _lower_sigmoid, (1, 1), {}, "1 / (1 + e ** -x)"),
+        OpSpec("tanh", _lower_tanh, (1, 1), {}, "hyperbolic tangent"),
+        OpSpec("gelu", _lower_gelu, (1, 1), {}, "GELU, tanh approximation"),
+        OpSpec("silu", _lower_silu, (1, 1), {}, "x * sigmoid(x)"),
+    ]
+    specs += [OpSpec(op, _lower_prim_unary(op), (1, 1), {}, f"primitive {op}") for op in UNARY_OPS]
+    binaries = {"add": "arith", "sub": "arith", "mul": "arith", "div": "arith", "pow": "arith", "maximum": "arith",
+                "cmplt": "compare", "cmpgt": "compare", "eq": "compare", "noteq": "compare",
+                "and": "logic", "or": "logic"}
+    specs += [
+        OpSpec(op, _lower_binary("max" if op == "maximum" else op, kind), (2, 2), {}, f"elementwise {op} (broadcasting)")
+        for op, kind in binaries.items()
+    ]
+    return {s.name: s for s in specs}
+
+
+OPS: Mapping[str, OpSpec] = _specs()
