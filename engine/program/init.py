@@ -81,6 +81,21 @@ def _number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
+def _int_range(dtype: DType) -> str:
+    info = np.iinfo(dtype.numpy)
+    return f"{info.min} to {info.max}"
+
+
+def _fits(data: np.ndarray, dtype: DType) -> bool:
+    """Whether numbers convert to the integer ``dtype`` exactly (float dtypes take any number)."""
+    if not dtype.is_int or data.size == 0 or data.dtype == np.bool_:
+        return True
+    if data.dtype.kind == "f" and not np.all(np.isfinite(data) & (data == np.trunc(data))):
+        return False
+    info = np.iinfo(dtype.numpy)
+    return bool(info.min <= data.min() and data.max() <= info.max)
+
+
 def parse_init(spec: object, shape: tuple[int, ...], dtype: DType, base_dir: Path) -> Init:
     """Validate a graph.json ``init`` value against its input's shape and dtype.
 
@@ -91,7 +106,7 @@ def parse_init(spec: object, shape: tuple[int, ...], dtype: DType, base_dir: Pat
     if not isinstance(spec, dict):
         raise InitError(f"expected a string or an object with a 'kind', got {spec!r}")
     kind = spec.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise InitError(f"unknown init kind {kind!r} (expected one of {', '.join(_KINDS)})", "kind")
     allowed = _KINDS[kind]
     params: dict[str, Any] = {}
@@ -118,6 +133,8 @@ def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dty
             raise InitError(f"{key} must be a number, got {value!r}", key)
     if kind == "normal" and params["std"] < 0:
         raise InitError(f"std must be >= 0, got {params['std']}", "std")
+    if kind == "full" and not _fits(np.asarray(params["value"]), dtype):
+        raise InitError(f"value {params['value']!r} does not fit dtype {dtype}", "value")
     if kind == "values":
         try:
             data = np.asarray(params["values"])
@@ -127,6 +144,8 @@ def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dty
             raise InitError("values must be numbers or booleans in nested lists", "values")
         if data.shape != shape:
             raise InitError(f"values have shape {list(data.shape)}, but the input's shape is {list(shape)}", "values")
+        if not _fits(data, dtype):
+            raise InitError(f"values do not fit dtype {dtype} (integers from {_int_range(dtype)} expected)", "values")
     if kind == "npy":
         params["path"] = str(_check_npy(params["path"], shape, dtype, base_dir))
 
@@ -139,8 +158,11 @@ def _check_npy(path: object, shape: tuple[int, ...], dtype: DType, base_dir: Pat
         raise InitError(f"file not found: {full}", "path")
     try:
         data = np.load(full, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise InitError(f"{full} is not a readable .npy file ({e})", "path") from None
+    except (ValueError, OSError, EOFError) as e:
+        raise InitError(f"{full} is not a readable .npy file ({e or 'empty file'})", "path") from None
+    if not isinstance(data, np.ndarray):
+        data.close()
+        raise InitError(f"{full} is an .npz archive, not a .npy file", "path")
     if data.shape != shape:
         raise InitError(f"{full} holds shape {list(data.shape)}, but the input's shape is {list(shape)}", "path")
     if not np.can_cast(data.dtype, dtype.numpy, casting="same_kind"):

@@ -39,26 +39,48 @@ def load(path: str | Path) -> Program:
 def loads(text: str, base_dir: Path | None = None, source: str = "") -> Program:
     """Parse graph.json text; ``base_dir`` resolves relative .npy paths."""
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_keys)
+        duplicated: list[dict] = []
+        doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, duplicated))
+        if duplicated:
+            _find_duplicate(doc, "")
+        return parse(doc, base_dir or Path.cwd())
     except json.JSONDecodeError as e:
         raise FormatError(f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}", source) from None
-    except GraphError as e:
-        raise e.within("", source) from None
-    try:
-        return parse(doc, base_dir or Path.cwd())
     except GraphError as e:
         raise e.within("", source) from None
     except RecursionError:
         raise FormatError("nested too deeply", source=source) from None
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+class _Duplicated(dict):
+    """A decoded JSON object in which the key ``duplicate`` appeared more than once."""
+
+    duplicate: str = ""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]], duplicated: list[dict]) -> dict[str, Any]:
+    """A decoded object; one with a repeated key becomes a _Duplicated, also noted in ``duplicated``."""
     out: dict[str, Any] = {}
     for key, value in pairs:
-        if key in out:
-            raise FormatError(f"the key {key!r} appears twice in one object")
+        if key in out and not isinstance(out, _Duplicated):
+            out = _Duplicated(out)
+            out.duplicate = key
+            duplicated.append(out)
         out[key] = value
     return out
+
+
+def _find_duplicate(value: Any, location: str) -> None:
+    """Raise at the JSON path of the first key that appears twice in one object (the hook cannot know paths)."""
+    if isinstance(value, _Duplicated):
+        key = value.duplicate
+        raise FormatError(f"the key {key!r} appears twice in one object", f"{location}.{key}" if location else key)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _find_duplicate(item, f"{location}.{key}" if location else key)
+    elif isinstance(value, list):
+        for k, item in enumerate(value):
+            _find_duplicate(item, f"{location}[{k}]")
 
 
 def _suggest(word: str, choices: Any) -> str:
@@ -83,7 +105,8 @@ def parse(doc: Any, base_dir: Path) -> Program:
     """Validate a decoded graph.json document."""
     _expect(doc, dict, "a JSON object with inputs, nodes and outputs", "")
     _check_keys(doc, _TOP_KEYS, "")
-    if doc.get("version", FORMAT_VERSION) != FORMAT_VERSION:
+    version = doc.get("version", FORMAT_VERSION)
+    if isinstance(version, bool) or version != FORMAT_VERSION:
         raise FormatError(f"unsupported version {doc['version']!r} (this reader knows version {FORMAT_VERSION})", "version")
     name = _expect(doc.get("name", ""), str, "a string", "name")
     description = _expect(doc.get("description", ""), str, "a string", "description")

@@ -91,6 +91,12 @@ def _float(x):
     return x if x.dtype.is_float else x.cast(DType.F32)
 
 
+def _int_bounds(dtype: DType) -> tuple[int, int]:
+    """The smallest and largest value of an integer dtype."""
+    half = 2 ** (8 * dtype.itemsize - 1)
+    return -half, half - 1
+
+
 def _forbid_bool(op: str, *xs) -> None:
     if any(x.dtype == DType.BOOL for x in xs):
         raise DTypeError(f"{op} does not accept bool tensors (cast to i32 or f32 first)")
@@ -173,9 +179,15 @@ def _lower_const(em, value, dtype, shape):
         raise ShapeError(f"const shape {_fmt(shape)} has a negative dimension", "attrs.shape")
     if dtype == DType.BOOL and not isinstance(value, bool):
         raise DTypeError(f"a bool const needs true or false, got {value!r}", "attrs.value")
-    if dtype.is_int and not float(value).is_integer():
+    if dtype.is_int and isinstance(value, float) and not value.is_integer():
         raise DTypeError(f"an {dtype} const needs an integer value, got {value!r}", "attrs.value")
-    c = em.const(value, dtype)
+    if dtype.is_int and not _int_bounds(dtype)[0] <= value <= _int_bounds(dtype)[1]:
+        low, high = _int_bounds(dtype)
+        raise DTypeError(f"const {value!r} is out of range for dtype {dtype} ({low} to {high})", "attrs.value")
+    try:
+        c = em.const(value, dtype)
+    except DTypeError as e:
+        raise e.within("attrs.value") from None
     return c.expand(shape) if shape else c
 
 
@@ -213,6 +225,8 @@ def _lower_transpose(em, x, dim0, dim1):
 
 
 def _lower_expand(em, x, shape):
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"cannot expand {_fmt(x.shape)} to {_fmt(shape)}: sizes must be >= 0", "attrs.shape")
     if len(shape) < x.ndim:
         raise ShapeError(f"cannot expand {_fmt(x.shape)} to {_fmt(shape)}: the target has fewer axes", "attrs.shape")
     padded = (1,) * (len(shape) - x.ndim) + x.shape
@@ -234,9 +248,13 @@ def _lower_pad(em, x, padding, value):
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, padding))
     if any(d < 0 for d in shape):
         raise ShapeError(f"padding {[list(p) for p in padding]} shrinks {_fmt(x.shape)} below zero", "attrs.padding")
-    if x.dtype.is_int and not float(value).is_integer():
+    low, high = _int_bounds(x.dtype) if x.dtype.is_int else (-math.inf, math.inf)
+    if x.dtype.is_int and (isinstance(value, float) and not value.is_integer() or not low <= value <= high):
         raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value")
-    fill = bool(value) if x.dtype == DType.BOOL else (int(value) if x.dtype.is_int else float(value))
+    try:
+        fill = bool(value) if x.dtype == DType.BOOL else (int(value) if x.dtype.is_int else float(value))
+    except OverflowError:
+        raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value") from None
     return x if all(p == (0, 0) for p in padding) else em.emit("pad", (x,), (padding, fill))
 
 
@@ -292,7 +310,10 @@ def _lower_matmul(em, a, b):
             f"matmul inner dimensions differ: {_fmt(a.shape)} @ {_fmt(b.shape)} ({k} != {k2})"
         )
     _forbid_bool("matmul", a, b)
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    try:
+        batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    except ShapeError:
+        raise ShapeError(f"matmul batch dimensions do not broadcast: {_fmt(a.shape)} @ {_fmt(b.shape)}") from None
     dtype = promote(a.dtype, b.dtype)
     a = a.cast(dtype).expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
     b = b.cast(dtype).expand(batch + (k, n)).transpose().reshape(batch + (1, n, k)).expand(batch + (m, n, k))
@@ -381,6 +402,12 @@ def _lower_attention(em, q, k, v, *, scale):
         raise ShapeError(f"attention: q {_fmt(q.shape)} and k {_fmt(k.shape)} differ in the last axis")
     if k.shape[-2] != v.shape[-2]:
         raise ShapeError(f"attention: k {_fmt(k.shape)} and v {_fmt(v.shape)} differ in the sequence axis (-2)")
+    try:
+        broadcast_shapes(broadcast_shapes(q.shape[:-2], k.shape[:-2]), v.shape[:-2])
+    except ShapeError:
+        raise ShapeError(
+            f"attention: the batch axes of q {_fmt(q.shape)}, k {_fmt(k.shape)} and v {_fmt(v.shape)} do not broadcast"
+        ) from None
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     return ((q @ k.transpose()) * scale).softmax(-1) @ v
 

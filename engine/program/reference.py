@@ -66,21 +66,25 @@ def _widen(x: np.ndarray) -> np.ndarray:
 
 
 def _pad(x: np.ndarray, pads: tuple[tuple[int, int], ...], value: object) -> np.ndarray:
-    shrink = tuple(slice(max(-lo, 0), x.shape[i] - max(-hi, 0)) for i, (lo, hi) in enumerate(pads))
-    grow = [(max(lo, 0), max(hi, 0)) for lo, hi in pads]
-    return np.pad(x[shrink], grow, constant_values=value)
+    # Grow first, then shrink: an axis may lose more on one side than it had (e.g. [-4, 2] on size 3).
+    grown = np.pad(x, [(max(lo, 0), max(hi, 0)) for lo, hi in pads], constant_values=value)
+    return grown[tuple(slice(max(-lo, 0), grown.shape[i] - max(-hi, 0)) for i, (lo, hi) in enumerate(pads))]
 
 
-def _unbroadcast(x: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Drop the stride-0 (broadcast) axes of a view; return it and the axes it kept."""
-    kept = [i for i, (s, d) in enumerate(zip(x.strides, x.shape)) if s != 0 or d == 1]
+def _unbroadcast(x: np.ndarray, keep: set[int] | frozenset[int] = frozenset()) -> tuple[np.ndarray, list[int]]:
+    """Drop the stride-0 (broadcast) axes of a view, except those in ``keep`` and those of size <= 1.
+
+    Returns the view and the axes it kept.
+    """
+    kept = [i for i, (s, d) in enumerate(zip(x.strides, x.shape)) if s != 0 or d <= 1 or i in keep]
     index = tuple(slice(None) if i in kept else 0 for i in range(x.ndim))
     return x[index], kept
 
 
 def _contract(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """sum(a * b, axes) without forming a * b."""
-    (a0, ka), (b0, kb) = _unbroadcast(a), _unbroadcast(b)
+    b0, kb = _unbroadcast(b)
+    a0, ka = _unbroadcast(a, set(range(a.ndim)) - set(kb))  # an axis broadcast in both stays (as a view) in a
     keep = [i for i in range(a.ndim) if i not in axes]
     return np.einsum(a0, ka, b0, kb, keep, optimize=True)
 
@@ -121,7 +125,10 @@ def evaluate(graph: PrimGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np
     deferred = {
         i
         for i, node in enumerate(graph.nodes)
-        if node.op == "mul" and i not in outputs and users[i] and all(graph.nodes[u].op == "reduce_sum" for u in users[i])
+        if node.op == "mul"
+        and i not in outputs
+        and users[i]
+        and all(graph.nodes[u].op == "reduce_sum" for u in users[i])
     }
     values: dict[int, np.ndarray] = {}
     remaining = [len(u) for u in users]
@@ -148,7 +155,9 @@ def evaluate(graph: PrimGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np
                     result = _contract(a, b, node.param)
                 else:
                     result = _eval(node, [values[a] for a in node.args])
-        values[i] = np.asarray(result).astype(node.dtype.numpy, copy=False)
+        with np.errstate(all="ignore"):  # rounding to float16 may overflow to inf, as on a device
+            values[i] = np.asarray(result).astype(node.dtype.numpy, copy=False)
+        assert values[i].shape == node.shape, (i, node.op, values[i].shape, node.shape)
         for a in node.args:
             release(a)
     return {name: np.array(values[i]) for name, i in graph.outputs.items()}

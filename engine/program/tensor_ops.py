@@ -63,6 +63,7 @@ class TensorOps:
     def __truediv__(self, o): return self._binary("div", o)
     def __rtruediv__(self, o): return self._binary("div", o, True)
     def __pow__(self, o): return self._binary("pow", o)
+    def __rpow__(self, o): return self._binary("pow", o, True)
     def __matmul__(self, o): return self._apply("matmul", (self, o), {})
     def __neg__(self): return self._apply("neg", (self,), {})
 
