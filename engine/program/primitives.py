@@ -62,6 +62,8 @@ class PrimGraph:
 
     nodes: list[PrimNode] = field(default_factory=list)
     outputs: dict[str, int] = field(default_factory=dict)
+    origins: list[str] = field(default_factory=list)
+    """For each node, the program tensor (node id or input name) whose lowering made it."""
 
     def leaves(self) -> dict[str, int]:
         """Input name -> node index of its leaf."""

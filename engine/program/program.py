@@ -81,9 +81,12 @@ class Program:
         """The primitive graph computing the outputs (dead nodes dropped)."""
         em = Emitter(PrimGraph())
         env: dict[str, Lowered] = {i.name: em.leaf(i.name, i.shape, i.dtype) for i in self.inputs}
+        origins = [i.name for i in self.inputs]
         for node in self.live_nodes():
             env[node.id] = apply_op(em, node.op, [env[a] for a in node.args], node.attrs)
+            origins += [node.id] * (len(em.graph.nodes) - len(origins))
         em.graph.outputs = {name: env[name].index for name in self.outputs}
+        em.graph.origins = origins
         return em.graph
 
     def to_json(self) -> dict[str, Any]:

@@ -1,0 +1,3 @@
+from zyx_explorer.cli import main
+
+raise SystemExit(main())
