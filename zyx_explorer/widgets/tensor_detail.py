@@ -24,6 +24,8 @@ class TensorDetail(Static):
         self.program = program
         self.prims = prims
         self.types = program.types()
+        self.summary = Text()
+        self.lowering = Table()
 
     def show(self, name: str) -> None:
         """Render the detail of tensor ``name``."""
@@ -46,13 +48,14 @@ class TensorDetail(Static):
             text.append(f"  used by {', '.join(users)}\n")
         if name in self.program.outputs:
             text.append("  output of the program\n", "green")
-        table = Table("#", "primitive", "param", "shape", "dtype", title="lowers to", title_justify="left", box=None)
+        table = Table(title="lowers to", title_justify="left", box=None)
+        for column in ("#", "primitive", "param", "shape", "dtype"):
+            table.add_column(column, no_wrap=True)
         for i, (origin, prim) in enumerate(zip(self.prims.origins, self.prims.nodes)):
             if origin == name:
                 param = "" if prim.param is None else str(to_json_value(prim.param))
                 table.add_row(str(i), prim.op, param, _shape(prim.shape), str(prim.dtype))
-        if table.row_count:
-            self.update(Group(text, table))
-        else:
+        if not table.row_count:
             text.append("\n(not used by any output: not lowered)", "yellow")
-            self.update(text)
+        self.summary, self.lowering = text, table
+        self.update(Group(text, table) if table.row_count else text)
