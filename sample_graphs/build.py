@@ -77,7 +77,8 @@ def attention(s: Size) -> Program:
     v = heads(x @ _weight("wv", d, d, d)).named("v")
     a = q.attention(k, v).permute(1, 0, 2).reshape(s.seq, d).named("attn")
     y = (a @ _weight("wo", d, d, d) + x).named("y")
-    return from_tensors([y], "attention", "multi-head self-attention block: QKV projections, softmax, output projection, residual")
+    about = "multi-head self-attention block: QKV projections, softmax, output projection, residual"
+    return from_tensors([y], "attention", about)
 
 
 def transpose_fusion(s: Size) -> Program:

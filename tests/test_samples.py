@@ -87,7 +87,8 @@ def test_there_are_at_least_ten_workloads_each_in_two_sizes():
 def test_committed_files_are_what_the_builder_writes(tmp_path):
     for written in build(tmp_path):
         committed = sample_graphs.path(written.name.removesuffix(".json"))
-        assert committed.read_text() == written.read_text(), f"{committed.name} is stale: run python -m sample_graphs.build"
+        stale = f"{committed.name} is stale: run python -m sample_graphs.build"
+        assert committed.read_text() == written.read_text(), stale
 
 
 @pytest.mark.parametrize("name", sample_graphs.names())

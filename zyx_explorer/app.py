@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from textual import on
 from textual.app import App, ComposeResult
@@ -21,7 +22,7 @@ class ExplorerApp(App):
 
     CSS_PATH = "explorer.tcss"
     TITLE = "zyx-explore"
-    BINDINGS = [
+    BINDINGS: ClassVar = [
         Binding("q", "quit", "Quit", id="quit"),
         Binding("ctrl+s", "screenshot_svg", "Screenshot", id="screenshot"),
     ]
@@ -42,9 +43,10 @@ class ExplorerApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.sub_title = f"{self.program.name or self.source.name}: {len(self.program.nodes)} nodes, " \
-                         f"{len(self.prims.nodes)} primitives"
-        self.query_one(TensorDetail).show(self.program.outputs[0] if not self.program.inputs else self.program.inputs[0].name)
+        name = self.program.name or self.source.name
+        self.sub_title = f"{name}: {len(self.program.nodes)} nodes, {len(self.prims.nodes)} primitives"
+        first = self.program.inputs[0].name if self.program.inputs else self.program.nodes[0].id
+        self.query_one(TensorDetail).show(first)
 
     @on(DataTable.RowHighlighted, "#program")
     def _show_row(self, event: DataTable.RowHighlighted) -> None:

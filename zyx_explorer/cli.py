@@ -36,7 +36,9 @@ def _main_parser() -> argparse.ArgumentParser:
 
 
 def _check_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="zyx-explore check", description="Validate a graph.json file and summarise it.")
+    parser = argparse.ArgumentParser(
+        prog="zyx-explore check", description="Validate a graph.json file and summarise it."
+    )
     parser.add_argument("file", type=Path, help="the graph.json file")
     return parser
 
