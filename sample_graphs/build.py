@@ -47,10 +47,15 @@ def _data(name: str, *shape: int) -> Tensor:
     return Tensor.input(name, shape, init=Init.normal(seed=_seed(name)))
 
 
-def mlp(s: Size) -> Program:
+def _feed_forward(s: Size, activation: Callable[[Tensor], Tensor]) -> Tensor:
+    """activation(x @ w1 + b1) @ w2 + b2."""
     x = _data("x", s.batch, s.width)
-    h = (x @ _weight("w1", s.width, s.width, s.hidden) + _weight("b1", 1, s.hidden)).relu().named("h")
-    y = (h @ _weight("w2", s.hidden, s.hidden, s.width) + _weight("b2", 1, s.width)).named("y")
+    h = activation(x @ _weight("w1", s.width, s.width, s.hidden) + _weight("b1", 1, s.hidden)).named("h")
+    return (h @ _weight("w2", s.hidden, s.hidden, s.width) + _weight("b2", 1, s.width)).named("y")
+
+
+def mlp(s: Size) -> Program:
+    y = _feed_forward(s, Tensor.relu)
     return from_tensors([y], "mlp", "two-layer perceptron: relu(x @ w1 + b1) @ w2 + b2")
 
 
@@ -119,9 +124,7 @@ def elementwise(s: Size) -> Program:
 
 
 def gelu_ffn(s: Size) -> Program:
-    x = _data("x", s.batch, s.width)
-    h = (x @ _weight("w1", s.width, s.width, s.hidden) + _weight("b1", 1, s.hidden)).gelu().named("h")
-    y = (h @ _weight("w2", s.hidden, s.hidden, s.width) + _weight("b2", 1, s.width)).named("y")
+    y = _feed_forward(s, Tensor.gelu)
     return from_tensors([y], "gelu_ffn", "transformer feed-forward: gelu(x @ w1 + b1) @ w2 + b2")
 
 
