@@ -82,6 +82,7 @@ def _number(v: object) -> bool:
 
 
 def _int_range(dtype: DType) -> str:
+    """The values an integer dtype holds, for messages."""
     info = np.iinfo(dtype.numpy)
     return f"{info.min} to {info.max}"
 

@@ -40,12 +40,15 @@ def loads(text: str, base_dir: Path | None = None, source: str = "") -> Program:
     """Parse graph.json text; ``base_dir`` resolves relative .npy paths."""
     try:
         duplicated: list[dict] = []
-        doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, duplicated))
+        try:
+            doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, duplicated))
+        except json.JSONDecodeError as e:
+            raise FormatError(f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
+        except ValueError as e:  # an integer longer than Python's digit limit
+            raise FormatError(f"invalid JSON: {e}") from None
         if duplicated:
             _find_duplicate(doc, "")
         return parse(doc, base_dir or Path.cwd())
-    except json.JSONDecodeError as e:
-        raise FormatError(f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}", source) from None
     except GraphError as e:
         raise e.within("", source) from None
     except RecursionError:
@@ -89,7 +92,7 @@ def _suggest(word: str, choices: Any) -> str:
 
 
 def _expect(value: Any, kind: type | tuple[type, ...], what: str, location: str) -> Any:
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,))):
         raise FormatError(f"expected {what}, got {json.dumps(value)[:60]}", location)
     return value
 

@@ -181,9 +181,6 @@ def _lower_const(em, value, dtype, shape):
         raise DTypeError(f"a bool const needs true or false, got {value!r}", "attrs.value")
     if dtype.is_int and isinstance(value, float) and not value.is_integer():
         raise DTypeError(f"an {dtype} const needs an integer value, got {value!r}", "attrs.value")
-    if dtype.is_int and not _int_bounds(dtype)[0] <= value <= _int_bounds(dtype)[1]:
-        low, high = _int_bounds(dtype)
-        raise DTypeError(f"const {value!r} is out of range for dtype {dtype} ({low} to {high})", "attrs.value")
     try:
         c = em.const(value, dtype)
     except DTypeError as e:
@@ -248,9 +245,10 @@ def _lower_pad(em, x, padding, value):
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, padding))
     if any(d < 0 for d in shape):
         raise ShapeError(f"padding {[list(p) for p in padding]} shrinks {_fmt(x.shape)} below zero", "attrs.padding")
-    low, high = _int_bounds(x.dtype) if x.dtype.is_int else (-math.inf, math.inf)
-    if x.dtype.is_int and (isinstance(value, float) and not value.is_integer() or not low <= value <= high):
-        raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value")
+    if x.dtype.is_int:
+        low, high = _int_bounds(x.dtype)
+        if (isinstance(value, float) and not value.is_integer()) or not low <= value <= high:
+            raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value")
     try:
         fill = bool(value) if x.dtype == DType.BOOL else (int(value) if x.dtype.is_int else float(value))
     except OverflowError:
