@@ -294,6 +294,22 @@ class Builder:
         denominator = yt.abs() + 1 if isinstance(yt, Tensor) else abs(yt) + 1
         return self.push(xt / denominator, xv / (np.abs(yv) + 1), "div")
 
+    def dot(self, x: Val) -> Val:
+        """sum(x * y) over random axes: the reference contracts it without forming the product."""
+        if x.t.dtype == BOOL:
+            return self.cast(x)
+        if self.draw(st.booleans()):  # an explicitly broadcast operand, so an axis may be broadcast in both
+            x = self.movement(x, "expand")
+        y = self.operand(x, ("int", "float"))
+        if not isinstance(y, Val):
+            y = self.input(self.broadcast_shape(x.t.shape), x.t.dtype)
+        if x.t.dtype.is_int and y.t.dtype.is_int and finite_max(x.v) * finite_max(y.v) >= 2**20:
+            y = self.push(y.t.cast(F32), y.v.astype(np.float64), "cast f32 for dot")
+        prod, prod_v = x.t * y.t, x.v * y.v
+        ndim = prod.ndim
+        axes = tuple(self.draw(st.lists(st.integers(0, ndim - 1), unique=True, min_size=1, max_size=ndim))) if ndim else ()
+        return self.push(prod.sum(axes), prod_v.sum(axes), f"dot {axes}")
+
     def compare(self, x: Val, yt: Tensor | float | int, yv: np.ndarray, exact: bool) -> Val:
         """A comparison; of floats only where the operands differ clearly (a flip would not be a bug)."""
         gap = np.abs(np.subtract(x.v, yv, dtype=np.float64))
@@ -331,10 +347,10 @@ class Builder:
         fn = {"sum": np.sum, "max": np.max, "mean": np.mean}[name]
         return self.push(getattr(x.t, name)(axes, keepdim), fn(v, axis=np_axes, keepdims=keepdim), name)
 
-    def movement(self, x: Val) -> Val:
+    def movement(self, x: Val, name: str | None = None) -> Val:
         shape, ndim = x.t.shape, x.t.ndim
         names = ["reshape", "expand", "pad"] + (["permute"] if ndim >= 1 else []) + (["transpose"] if ndim >= 2 else [])
-        name = self.draw(st.sampled_from(names))
+        name = name or self.draw(st.sampled_from(names))
         if name == "reshape":
             target = self.factor(math.prod(shape))
             arg = list(target)
@@ -354,7 +370,7 @@ class Builder:
             return self.push(x.t.expand(*target), np.broadcast_to(x.v, target), f"expand {target}")
         padding = []
         for d in shape:
-            lo, hi = self.draw(st.integers(-2, 2)), self.draw(st.integers(-2, 2))
+            lo, hi = self.draw(st.integers(-3, 2)), self.draw(st.integers(-3, 2))
             padding.append((lo, max(hi, 1 - d - lo)))  # keep every axis non-empty
         padding = tuple(padding)
         if x.t.dtype == BOOL:
@@ -466,7 +482,7 @@ class Builder:
         return self.push(t, want, f"conv2d k={kh}x{kw} stride={stride} padding={padding}")
 
 
-STEPS = ("unary", "unary", "binary", "binary", "reduce", "movement", "movement", "cast", "matmul", "nn")
+STEPS = ("unary", "unary", "binary", "binary", "reduce", "dot", "movement", "movement", "cast", "matmul", "nn")
 
 
 @st.composite

@@ -64,7 +64,7 @@ class Init:
             data = np.load(p["path"], allow_pickle=False)
         if dtype == DType.BOOL and self.kind in ("normal", "uniform", "arange"):
             return data > 0
-        return np.ascontiguousarray(data.astype(np_dtype, copy=False))
+        return np.array(data, dtype=np_dtype, order="C")
 
     def to_json(self, base_dir: Path | None) -> Any:
         """The graph.json form; a .npy path is written relative to ``base_dir`` when it lies below it."""
