@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy_math import np_gelu, np_sigmoid, np_softmax
 
 import engine
 from engine import DType, Init, Program, Tensor, from_tensors
@@ -114,17 +115,10 @@ def np_int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b == 0, 0, np.where((a < 0) == (safe < 0), q, -q))
 
 
-def np_softmax(v: np.ndarray, axis: int) -> np.ndarray:
-    e = np.exp(v - v.max(axis, keepdims=True))
-    return e / e.sum(axis, keepdims=True)
 
 
-def np_sigmoid(v: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-v))
 
 
-def np_gelu(v: np.ndarray) -> np.ndarray:
-    return 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v**3)))
 
 
 def np_conv2d(x: np.ndarray, w: np.ndarray, stride: int, padding: int) -> np.ndarray:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from numpy_math import np_gelu, np_sigmoid, np_softmax
 
 import engine
 from engine import DType, Init, Tensor, from_tensors
@@ -72,17 +73,10 @@ def check(case: Case) -> None:
             np.testing.assert_array_equal(out, want.astype(t.dtype.numpy), err_msg=name)
 
 
-def np_softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    e = np.exp(x - x.max(axis, keepdims=True))
-    return e / e.sum(axis, keepdims=True)
 
 
-def np_sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-x))
 
 
-def np_gelu(x: np.ndarray) -> np.ndarray:
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def np_conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, padding: int) -> np.ndarray:

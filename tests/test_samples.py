@@ -6,24 +6,16 @@ import math
 
 import numpy as np
 import pytest
+from numpy_math import np_gelu, np_softmax
 
 import engine
 import sample_graphs
 from sample_graphs.build import LARGE, SAMPLES, SMALL, build
 
 
-def _softmax(x, axis=-1):
-    e = np.exp(x - x.max(axis, keepdims=True))
-    return e / e.sum(axis, keepdims=True)
-
-
 def _layernorm(x, w, b, eps=1e-5):
     mu = x.mean(-1, keepdims=True)
     return (x - mu) / np.sqrt(x.var(-1, keepdims=True) + eps) * w + b
-
-
-def _gelu(x):
-    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def _conv2d(x, w, pad):
@@ -41,7 +33,7 @@ def _attention(v, heads):
         return t.reshape(s, heads, d // heads).transpose(1, 0, 2)
 
     q, k, val = split(x @ v["wq"]), split(x @ v["wk"]), split(x @ v["wv"])
-    p = _softmax(q @ k.transpose(0, 2, 1) / np.sqrt(d // heads))
+    p = np_softmax(q @ k.transpose(0, 2, 1) / np.sqrt(d // heads))
     return {"y": (p @ val).transpose(1, 0, 2).reshape(s, d) @ v["wo"] + x}
 
 
@@ -51,7 +43,7 @@ def _rmsnorm(x, g, eps=1e-6):
 
 NUMPY = {
     "mlp": lambda v: {"y": np.maximum(v["x"] @ v["w1"] + v["b1"], 0) @ v["w2"] + v["b2"]},
-    "softmax": lambda v: {"y": _softmax(v["x"])},
+    "softmax": lambda v: {"y": np_softmax(v["x"])},
     "layernorm": lambda v: {"y": _layernorm(v["x"], v["gamma"], v["beta"])},
     "attention": lambda v: _attention(v, heads=2 if v["x"].shape[0] == SMALL.seq else LARGE.heads),
     "transpose_fusion": lambda v: {"y": (v["b"] @ v["a"]).T},
@@ -65,7 +57,7 @@ NUMPY = {
         "max_minus_mean": v["x"].max((1, 2)) - v["x"].mean((1, 2)),
     },
     "elementwise": lambda v: {"y": np.maximum(v["x"] * 2 + 1, 0) * v["x"] - np.exp(-v["x"])},
-    "gelu_ffn": lambda v: {"y": _gelu(v["x"] @ v["w1"] + v["b1"]) @ v["w2"] + v["b2"]},
+    "gelu_ffn": lambda v: {"y": np_gelu(v["x"] @ v["w1"] + v["b1"]) @ v["w2"] + v["b2"]},
     "matmul": lambda v: {"y": v["a"] @ v["b"]},
     "sum": lambda v: {"y": v["x"].sum()},
     "swiglu_mlp": lambda v: {
