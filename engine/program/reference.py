@@ -60,7 +60,7 @@ _BINARY = {
 }
 
 
-def _widen(x: np.ndarray) -> np.ndarray:
+def widen(x: np.ndarray) -> np.ndarray:
     """float16 is computed in float32 (and rounded back by the caller)."""
     return x.astype(np.float32) if x.dtype == np.float16 else x
 
@@ -81,7 +81,7 @@ def _unbroadcast(x: np.ndarray, keep: set[int] | frozenset[int] = frozenset()) -
     return x[index], kept
 
 
-def _contract(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+def contract(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     """sum(a * b, axes) without forming a * b."""
     b0, kb = _unbroadcast(b)
     a0, ka = _unbroadcast(a, set(range(a.ndim)) - set(kb))  # an axis broadcast in both stays (as a view) in a
@@ -89,18 +89,19 @@ def _contract(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray
     return np.einsum(a0, ka, b0, kb, keep, optimize=True)
 
 
-def _eval(node: PrimNode, args: list[np.ndarray]) -> np.ndarray:
+def eval_node(node: PrimNode, args: list[np.ndarray]) -> np.ndarray:
+    """The value of one primitive applied to argument arrays (float16 computed in float32, not yet rounded)."""
     op, p = node.op, node.param
     if op == "const":
         return np.asarray(p, node.dtype.numpy)
     if op in _UNARY:
-        return _UNARY[op](_widen(args[0]))
+        return _UNARY[op](widen(args[0]))
     if op in _BINARY:
-        return _BINARY[op](_widen(args[0]), _widen(args[1]))
+        return _BINARY[op](widen(args[0]), widen(args[1]))
     if op == "cast":
         return args[0].astype(node.dtype.numpy)
     if op == "reduce_sum":
-        return np.sum(_widen(args[0]), axis=p)
+        return np.sum(widen(args[0]), axis=p)
     if op == "reduce_max":
         return np.max(args[0], axis=p)
     if op == "expand":
@@ -151,10 +152,10 @@ def evaluate(graph: PrimGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np
         else:
             with np.errstate(all="ignore"):
                 if node.op == "reduce_sum" and node.args[0] in deferred:
-                    a, b = (_widen(values[j]) for j in graph.nodes[node.args[0]].args)
-                    result = _contract(a, b, node.param)
+                    a, b = (widen(values[j]) for j in graph.nodes[node.args[0]].args)
+                    result = contract(a, b, node.param)
                 else:
-                    result = _eval(node, [values[a] for a in node.args])
+                    result = eval_node(node, [values[a] for a in node.args])
         with np.errstate(all="ignore"):  # rounding to float16 may overflow to inf, as on a device
             values[i] = np.asarray(result).astype(node.dtype.numpy, copy=False)
         assert values[i].shape == node.shape, (i, node.op, values[i].shape, node.shape)

@@ -1,0 +1,182 @@
+"""The semantic self-check: every form of every class computes the same values.
+
+Each class gets a value from its oldest form whose children have values (the
+lowering's form, where there is one), by the reference interpreter on random
+inputs; then every other form is evaluated on its children's values and
+compared.  A disagreement means a rule is wrong.  Forms whose result would be
+bigger than ``max_elements`` are not materialised: a ``reduce_sum`` of such a
+``mul`` is contracted (as the interpreter does for matmul), the rest is skipped
+and counted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from engine.egraph.egraph import ClassId, EGraph, NodeId
+from engine.program.dtypes import DType
+from engine.program.primitives import PrimNode
+from engine.program.reference import contract, eval_node, widen
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    class_id: ClassId
+    node: NodeId
+    reference: NodeId
+    max_error: float
+
+
+@dataclass(frozen=True)
+class SemanticReport:
+    classes: int
+    forms: int
+    """Forms evaluated and compared with their class's value."""
+    skipped: tuple[NodeId, ...]
+    """Forms not evaluated: too large to materialise, or children without values."""
+    disagreements: tuple[Disagreement, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return not self.disagreements
+
+
+def random_inputs(egraph: EGraph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random values for every leaf: standard normal floats, small integers, random booleans."""
+    rng = np.random.default_rng(seed)
+    values = {}
+    for cls in sorted(egraph.classes(), key=lambda c: c.id):
+        for n in cls.nodes:
+            op, name, _ = egraph.node(n)
+            if op == "leaf":
+                values[name] = _random(rng, cls.shape, cls.dtype)
+    return values
+
+
+def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    if dtype.is_float:
+        return rng.standard_normal(shape).astype(dtype.numpy)
+    if dtype == DType.BOOL:
+        return rng.random(shape) < 0.5
+    return rng.integers(-5, 6, shape).astype(dtype.numpy)
+
+
+class _Evaluator:
+    def __init__(self, egraph: EGraph, inputs: Mapping[str, np.ndarray], max_elements: int) -> None:
+        self.egraph = egraph
+        self.inputs = inputs
+        self.max_elements = max_elements
+        self.values: dict[ClassId, tuple[np.ndarray, NodeId]] = {}
+
+    def value(self, c: int) -> np.ndarray | None:
+        found = self.values.get(self.egraph.find(c))
+        return None if found is None else found[0]
+
+    def evaluate(self, n: NodeId) -> np.ndarray | None:
+        """The value of form ``n`` from its children's values; None when it cannot or may not be computed."""
+        eg = self.egraph
+        op, param, children = eg.node(n)
+        cls = eg.eclass(n)
+        if op == "leaf":
+            return np.asarray(self.inputs[param])
+        if op == "reduce_sum":
+            contracted = self._contract(children[0], param)
+            if contracted is not None:
+                return self._round(contracted, cls.dtype)
+        args = [self.value(c) for c in children]
+        if any(a is None for a in args):
+            return None
+        if op not in ("expand", "permute") and cls.numel > self.max_elements:
+            return None  # expand and permute are views; everything else would be materialised
+        if op == "reshape":
+            try:
+                return np.reshape(args[0], param, copy=False)
+            except ValueError:  # a copy of a broadcast view: materialise only if small
+                if cls.numel > self.max_elements:
+                    return None
+        value = eval_node(PrimNode(op, (), param.value if op == "const" else param, cls.shape, cls.dtype), args)
+        return self._round(value, cls.dtype)
+
+    def _contract(self, c: ClassId, axes: tuple[int, ...]) -> np.ndarray | None:
+        eg = self.egraph
+        if eg.eclass(c).numel <= self.max_elements:
+            return None
+        for form in eg.eclass(c).nodes:
+            op, _, children = eg.node(form)
+            args = [self.value(x) for x in children]
+            if op == "mul" and all(a is not None for a in args):
+                with np.errstate(all="ignore"):
+                    return contract(widen(args[0]), widen(args[1]), axes)
+        return None
+
+    @staticmethod
+    def _round(value: np.ndarray, dtype: DType) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(value).astype(dtype.numpy, copy=False)
+
+    def fill(self) -> None:
+        """Give every class it can a value, from its oldest computable form, until nothing changes."""
+        eg = self.egraph
+        pending = sorted(c.id for c in eg.classes())
+        while pending:
+            left = []
+            for c in pending:
+                for n in sorted(eg.eclass(c).nodes):
+                    with np.errstate(all="ignore"):
+                        value = self.evaluate(n)
+                    if value is not None:
+                        self.values[eg.find(c)] = (value, n)
+                        break
+                else:
+                    left.append(c)
+            if len(left) == len(pending):
+                return
+            pending = left
+
+
+def _max_error(got: np.ndarray, want: np.ndarray, dtype: DType, finite_only: bool) -> float | None:
+    """The largest difference if ``got`` and ``want`` disagree beyond ``dtype``'s tolerance, else None."""
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    if finite_only:
+        mask = np.isfinite(g) & np.isfinite(w)
+        g, w = g[mask], w[mask]
+    rtol, atol = dtype.tolerance
+    finite = np.abs(w[np.isfinite(w)])
+    scale = max(1.0, float(finite.max())) if finite.size else 1.0
+    if np.allclose(g, w, rtol=rtol, atol=atol * scale, equal_nan=True):
+        return None
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(g - w)
+    return float(np.nanmax(diff)) if np.isfinite(diff).any() else float("inf")
+
+
+def check_semantics(egraph: EGraph, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0,
+                    max_elements: int = 1 << 22, finite_only: bool = False) -> SemanticReport:
+    """Evaluate every form of every class and report the forms that disagree with their class.
+
+    ``finite_only`` compares only where both values are finite, the contract of fast-math rules.
+    """
+    egraph.rebuild()
+    ev = _Evaluator(egraph, random_inputs(egraph, seed) if inputs is None else inputs, max_elements)
+    ev.fill()
+    forms, skipped, bad = 0, [], []
+    for cls in sorted(egraph.classes(), key=lambda c: c.id):
+        found = ev.values.get(cls.id)
+        for n in cls.nodes:
+            if found is not None and n == found[1]:
+                forms += 1
+                continue
+            with np.errstate(all="ignore"):
+                got = None if found is None else ev.evaluate(n)
+            if got is None:
+                skipped.append(n)
+                continue
+            forms += 1
+            assert found is not None
+            error = _max_error(np.asarray(got), found[0], cls.dtype, finite_only)
+            if error is not None:
+                bad.append(Disagreement(cls.id, n, found[1], error))
+    return SemanticReport(egraph.num_classes, forms, tuple(skipped), tuple(bad))
