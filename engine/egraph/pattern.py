@@ -108,23 +108,21 @@ def match(egraph: EGraph, pat: Pat, node: NodeId, bound: Match | None = None) ->
 
 
 def _match_children(egraph: EGraph, pats: tuple[Pat | Var, ...], classes: tuple[int, ...], m: dict[str, Any]):
-    if not pats:
-        yield m
-        return
-    for m2 in _match_class(egraph, pats[0], classes[0], m):
-        yield from _match_children(egraph, pats[1:], classes[1:], m2)
-
-
-def _match_class(egraph: EGraph, pat: Pat | Var, c: int, m: dict[str, Any]):
-    if isinstance(pat, Var):
+    for i, pat in enumerate(pats):  # variables first, without generators: most patterns are shallow
+        if not isinstance(pat, Var):
+            break
         seen = m.get(pat.name)
         if seen is None:
-            yield {**m, pat.name: c}
-        elif egraph.find(seen) == egraph.find(c):
-            yield m
+            m = {**m, pat.name: classes[i]}
+        elif egraph.find(seen) != egraph.find(classes[i]):
+            return
+    else:
+        yield m
         return
-    for n in egraph.eclass(c).nodes:
-        yield from match(egraph, pat, n, m)
+    for n in egraph.eclass(classes[i]).nodes:
+        if egraph.node(n).op == pat.op:
+            for m2 in match(egraph, pat, n, m):
+                yield from _match_children(egraph, pats[i + 1:], classes[i + 1:], m2)
 
 
 def instantiate(pat: Pat | Var, m: Match) -> TermLike:
