@@ -1,0 +1,1 @@
+"""Devices that run kernels: numpy on the host, BLAS library kernels, OpenCL (pyopencl)."""

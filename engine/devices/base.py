@@ -1,0 +1,73 @@
+"""What every device offers the planner: a memory pool, compiled kernels, launches that report their time.
+
+A device owns one memory pool (``pool``); buffers are opaque handles of that
+pool.  The host pool (``HOST``) holds numpy arrays: program inputs start there
+and outputs end there.  ``upload``/``download`` move data between a device's
+pool and the host; a copy between two device pools goes through the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine.kernel.ir import Buffer, Kernel
+
+HOST = "host"
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Tuning parameters of one kernel on one device (defaults: let the runtime choose)."""
+
+    local_size: int | None = None
+
+    def __str__(self) -> str:
+        return f"local={self.local_size or 'auto'}"
+
+
+DEFAULT_VARIANT = Variant()
+
+
+class Compiled(Protocol):
+    """A kernel ready to launch on its device (what ``Device.compile`` returns)."""
+
+    kernel: Kernel
+    variant: Variant
+
+
+class Device(Protocol):
+    name: str
+    """Unique and stable across runs (it keys the tuning cache), e.g. ``numpy`` or ``opencl:pthread-...``."""
+    pool: str
+    """The memory pool its buffers live in."""
+
+    def supports(self, kernel: Kernel) -> bool:
+        """Whether this device can run ``kernel`` at all (dtypes, patterns)."""
+        ...
+
+    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Compiled: ...
+
+    def alloc(self, buffer: Buffer) -> Any: ...
+
+    def upload(self, array: np.ndarray) -> Any:
+        """A new buffer of this pool holding ``array`` (contiguous, of the buffer's dtype)."""
+        ...
+
+    def download(self, handle: Any, buffer: Buffer) -> np.ndarray: ...
+
+    def free(self, handle: Any) -> None: ...
+
+    def launch(self, compiled: Compiled, inputs: list[Any], outputs: list[Any]) -> float:
+        """Run ``compiled`` on input and output buffers and return its device time in seconds."""
+        ...
+
+    def estimate(self, kernel: Kernel) -> float:
+        """Predicted seconds for ``kernel`` (a roofline: bytes over bandwidth, ops over throughput)."""
+        ...
+
+    def transfer_estimate(self, nbytes: int) -> float:
+        """Predicted seconds to move ``nbytes`` between the host and this device's pool (0 for the host pool)."""
+        ...
