@@ -9,6 +9,8 @@ import sys
 import pytest
 
 import sample_graphs
+import zyx_explorer.cli
+from engine.egraph import P, Var, default_rules, rewrite
 from zyx_explorer import __version__
 from zyx_explorer.cli import default_file, main
 
@@ -70,3 +72,85 @@ def test_subprocess_error_has_no_traceback(tmp_path):
     run = subprocess.run([sys.executable, "-m", "zyx_explorer", "check", str(path)], capture_output=True, text=True)
     assert run.returncode == 2
     assert "cycle" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("name", ["mlp.small", "attention.small", "layernorm.small"])
+def test_check_semantic_saturates_and_agrees(capsys, name):
+    assert main(["check", "--semantic", str(sample_graphs.path(name))]) == 0
+    out = capsys.readouterr().out
+    for fragment in ("is a valid graph.json", "Saturation", "stop reason", "saturated", "e-nodes",
+                     "Merges per rule", "commute", "Semantic check", "seed 0", "ok: every form agrees"):
+        assert fragment in out, fragment
+
+
+def test_check_semantic_reports_sizes_before_and_after(capsys):
+    assert main(["check", "--semantic", str(sample_graphs.path("mlp.small"))]) == 0
+    out = capsys.readouterr().out
+    assert "26 -> 90" in out and "26 -> 42" in out  # e-nodes, then e-classes
+    assert "90 forms of 42 classes compared" in out
+
+
+def test_check_semantic_fast_math(capsys):
+    path = str(sample_graphs.path("swiglu_mlp.small"))
+    assert main(["check", "--semantic", "--fast-math", "--seed", "3", path]) == 0
+    out = capsys.readouterr().out
+    assert "exact + fast-math" in out and "seed 3, finite values only" in out and "ok: every form agrees" in out
+
+
+def test_check_semantic_stops_at_a_limit(capsys):
+    assert main(["check", "--semantic", "--nodes", "100", str(sample_graphs.path("attention.small"))]) == 0
+    out = capsys.readouterr().out
+    assert "node limit" in out and "(limit 100)" in out and "ok: every form agrees" in out
+
+
+def test_check_semantic_finds_an_unsound_rule(monkeypatch, capsys):
+    x, y = Var("x"), Var("y")
+    wrong = rewrite("sub-commute", P("sub", x, y), P("sub", y, x, param=None), doc="x - y = y - x (wrong)")
+    monkeypatch.setattr(zyx_explorer.cli, "default_rules", lambda fast_math=False: [*default_rules(fast_math), wrong])
+    assert main(["check", "--semantic", str(sample_graphs.path("layernorm.small"))]) == 1
+    out = capsys.readouterr().out
+    assert "Disagreements" in out and "sub-commute" in out and "a rule is unsound" in out
+    assert "ok: every form agrees" not in out
+
+
+def test_check_semantic_bad_file_exits_2(tmp_path, capsys):
+    path = tmp_path / "bad.json"
+    path.write_text('{"inputs": {}, "nodes": [{"id": "a", "op": "neg", "args": ["x"]}], "outputs": ["a"]}')
+    assert main(["check", "--semantic", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert "unknown tensor 'x'" in captured.err and "Traceback" not in captured.err
+    assert "Saturation" not in captured.out
+
+
+def test_check_semantic_refuses_classes_too_big_to_compare(capsys):
+    assert main(["check", "--semantic", str(sample_graphs.path("matmul"))]) == 2
+    captured = capsys.readouterr()
+    assert "Saturation" in captured.out
+    assert "cannot compare class" in captured.err and "[1024, 1024, 1024]" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--semantic", "--iterations", "-1"], "--iterations: must be at least 0"),
+        (["--semantic", "--nodes", "0"], "--nodes: must be at least 1"),
+        (["--semantic", "--seconds", "0"], "--seconds: must be a positive number"),
+        (["--semantic", "--seconds", "inf"], "--seconds: must be a positive number"),
+        (["--semantic", "--seed", "-3"], "--seed: must be at least 0"),
+        (["--semantic", "--seed", "one"], "--seed: not an integer"),
+        (["--fast-math"], "--fast-math needs --semantic"),
+        (["--seed", "1", "--iterations", "3"], "--seed, --iterations need --semantic"),
+    ],
+)
+def test_check_semantic_bad_options_are_usage_errors(capsys, args, fragment):
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", *args, str(sample_graphs.path("sum.small"))])
+    assert exit_.value.code == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_help_mentions_check_semantic(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    assert "check --semantic FILE" in capsys.readouterr().out

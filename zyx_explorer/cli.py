@@ -1,13 +1,19 @@
 """The ``zyx-explore`` command: open the explorer, or validate a file with ``check``.
 
-Exit codes: 0 success, 2 bad input (a located, one-paragraph message; never a
-traceback), 130 interrupted.
+``check --semantic`` also lowers the program to an e-graph, saturates it and
+checks that every form of every class computes the same values on random inputs.
+
+Exit codes: 0 success, 1 the semantic check found forms that disagree (a rule is
+unsound), 2 bad input (a located, one-paragraph message; never a traceback),
+130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,17 +23,42 @@ from rich.table import Table
 
 import sample_graphs
 from engine import GraphError, Program, load
+from engine.egraph import (
+    CONGRUENCE,
+    EClass,
+    EGraph,
+    Limits,
+    Runner,
+    Saturation,
+    SemanticReport,
+    check_semantics,
+    default_rules,
+    explain,
+    from_program,
+    random_inputs,
+)
 from zyx_explorer import __version__
 
+EXIT_DISAGREEMENT = 1
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
+
+SEMANTIC_MAX_ELEMENTS = 1 << 22
+"""Forms bigger than this are not materialised by the semantic check (they are counted as skipped)."""
+COMPARE_MAX_ELEMENTS = 1 << 26
+"""The largest view class the semantic check may compare: it compares in float64, copying views in full."""
+SHOWN_DISAGREEMENTS = 10
 
 
 def _main_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="zyx-explore",
         description="Explore how a tensor program is compiled: e-graph, fusion, tuning, plan.",
-        epilog="commands:\n  check FILE    validate FILE and print a summary (zyx-explore check --help)",
+        epilog=(
+            "commands:\n"
+            "  check FILE              validate FILE and print a summary (zyx-explore check --help)\n"
+            "  check --semantic FILE   also saturate its e-graph and check every rewrite numerically"
+        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("file", nargs="?", type=Path, help="a graph.json file (default: the bundled MLP sample)")
@@ -35,12 +66,65 @@ def _main_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text}")
+    return value
+
+
+SEMANTIC_OPTIONS = ("fast_math", "seed", "iterations", "nodes", "seconds")
+
+
 def _check_parser() -> argparse.ArgumentParser:
+    limits = Limits()
     parser = argparse.ArgumentParser(
-        prog="zyx-explore check", description="Validate a graph.json file and summarise it."
+        prog="zyx-explore check",
+        description="Validate a graph.json file and summarise it. With --semantic, also lower it to an e-graph, "
+        "saturate it with the rewrite rules and check that every form of every class computes the same values "
+        "on random inputs (exit 1 if any disagree: a rule is unsound).",
     )
     parser.add_argument("file", type=Path, help="the graph.json file")
+    semantic = parser.add_argument_group("semantic check (these options need --semantic)")
+    semantic.add_argument("--semantic", action="store_true", help="saturate the e-graph and check it numerically")
+    semantic.add_argument("--fast-math", action="store_true",
+                          help="add the fast-math rules (valid for finite values) and compare finite values only")
+    semantic.add_argument("--seed", type=_at_least(0), default=None, metavar="N",
+                          help="seed of the random inputs (default 0)")
+    semantic.add_argument("--iterations", type=_at_least(0), default=None, metavar="N",
+                          help=f"stop saturating after N iterations (default {limits.iterations})")
+    semantic.add_argument("--nodes", type=_at_least(1), default=None, metavar="N",
+                          help=f"stop saturating beyond N e-nodes (default {limits.nodes})")
+    semantic.add_argument("--seconds", type=_seconds, default=None, metavar="S",
+                          help=f"stop saturating after S seconds (default {limits.seconds:g})")
     return parser
+
+
+def _parse_check(argv: Sequence[str]) -> argparse.Namespace:
+    parser = _check_parser()
+    args = parser.parse_args(argv)
+    if not args.semantic:
+        given = [name for name in SEMANTIC_OPTIONS if getattr(args, name) not in (None, False)]
+        if given:
+            names = ", ".join("--" + name.replace("_", "-") for name in given)
+            parser.error(f"{names} {'needs' if len(given) == 1 else 'need'} --semantic")
+    return args
 
 
 def default_file() -> Path:
@@ -87,12 +171,136 @@ def summary(program: Program, source: Path) -> list[Table | str]:
     return [head, inputs, outputs, ops, totals]
 
 
-def _check(args: argparse.Namespace, console: Console) -> int:
+def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     program = load(args.file)
     for item in summary(program, args.file):
         console.print(item)
     console.print(f"[green]ok[/green]: {args.file} is a valid graph.json")
-    return 0
+    return _semantic(program, args, console, err) if args.semantic else 0
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    default = Limits()
+    return Limits(
+        iterations=default.iterations if args.iterations is None else args.iterations,
+        nodes=default.nodes if args.nodes is None else args.nodes,
+        seconds=default.seconds if args.seconds is None else args.seconds,
+    )
+
+
+def _semantic(program: Program, args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``check --semantic``: saturate the program's e-graph, print what happened, check it numerically."""
+    seed = args.seed or 0
+    rules = default_rules(fast_math=args.fast_math)
+    limits = _limits(args)
+    egraph = from_program(program)
+    inputs = random_inputs(egraph, seed)  # drawn before saturation: the same seed gives the same inputs for any rules
+    with console.status("saturating the e-graph"):
+        result = Runner(rules, limits).run(egraph)
+    for item in saturation_summary(result, len(rules), args.fast_math):
+        console.print(item)
+    too_big = _too_big_to_compare(egraph)
+    if too_big is not None:
+        err.print(
+            f"[bold red]error[/bold red]: {args.file}: the semantic check cannot compare class c{too_big.id} "
+            f"{_fmt_shape(too_big.shape)} {too_big.dtype}: {too_big.numel:,} elements "
+            f"({_fmt_bytes(too_big.numel * 8)} as float64), more than {COMPARE_MAX_ELEMENTS:,}; "
+            "check a smaller program (e.g. the .small samples)",
+            markup=True,
+        )
+        return EXIT_BAD_INPUT
+    began = time.perf_counter()
+    with console.status("checking every form of every class"):
+        report = check_semantics(egraph, inputs, seed=seed, max_elements=SEMANTIC_MAX_ELEMENTS,
+                                 finite_only=args.fast_math)
+    for item in semantic_summary(egraph, report, seed, args.fast_math, time.perf_counter() - began):
+        console.print(item)
+    return 0 if report.ok else EXIT_DISAGREEMENT
+
+
+def _too_big_to_compare(egraph: EGraph) -> EClass | None:
+    """The biggest class the semantic check would copy in full to compare its forms, if it is too big.
+
+    Views (expand, permute, reshape) are evaluated whatever their size, and comparing two forms copies both.
+    """
+    views = ("expand", "permute", "reshape")
+    compared = (c for c in egraph.classes()
+                if len(c.nodes) > 1 and any(egraph.node(n).op in views for n in c.nodes))
+    biggest = max(compared, key=lambda c: c.numel, default=None)
+    return biggest if biggest is not None and biggest.numel > COMPARE_MAX_ELEMENTS else None
+
+
+def saturation_summary(result: Saturation, rules: int, fast_math: bool) -> list[Table | str]:
+    """The renderables ``check --semantic`` prints about saturation: stop reason, sizes, time, merges per rule."""
+    limits = result.limits
+    (nodes0, classes0), eg = result.start_counts, result.egraph
+    stop = result.stop.value
+    stats = Table.grid(padding=(0, 2))
+    stats.add_column(style="bold")
+    stats.add_column()
+    stats.add_row("stop reason", f"[green]{stop}[/green]" if stop == "saturated" else f"[yellow]{stop}[/yellow]")
+    stats.add_row("iterations", f"{len(result.iterations)} (limit {limits.iterations})")
+    stats.add_row("e-nodes", f"{nodes0} -> {eg.num_nodes} (limit {limits.nodes})")
+    stats.add_row("e-classes", f"{classes0} -> {eg.num_classes}")
+    stats.add_row("time", f"{result.seconds:.3f} s (limit {limits.seconds:g} s)")
+    stats.add_row("rules", f"{rules} ({'exact + fast-math' if fast_math else 'exact only'})")
+    merges = result.merges_by_rule()
+    congruences = sum(it.congruences for it in result.iterations)
+    stats.add_row("merges", f"{merges.total()} by rules, {congruences} by {CONGRUENCE}")
+    matches: Counter[str] = Counter()
+    applied: Counter[str] = Counter()
+    for it in result.iterations:
+        matches.update(it.matches)
+        applied.update(a.rule for a in it.applications)
+    fired = [rule for rule in result.rules if matches[rule]]
+    if not fired:
+        return ["", "[bold]Saturation[/bold]", stats, "no rule matched"]
+    table = Table("rule", "merges", "applied", "matches", title="Merges per rule", title_justify="left")
+    for rule in sorted(fired, key=lambda r: (-merges[r], -applied[r], r)):
+        table.add_row(rule, str(merges[rule]), str(applied[rule]), str(matches[rule]))
+    return ["", "[bold]Saturation[/bold]", stats, table]
+
+
+def _reasons(egraph: EGraph, a: int, b: int, depth: int = 4) -> list[str]:
+    """The rules on the proof that nodes ``a`` and ``b`` are equal, looking ``depth`` congruences deep."""
+    found: dict[str, None] = {}
+    for step in explain(egraph, a, b):
+        if not step.is_congruence:
+            found[step.reason] = None
+        elif depth > 0:
+            left, right = egraph.raw_node(step.left), egraph.raw_node(step.right)
+            for x, y in zip(left.children, right.children):
+                if x != y:
+                    found.update(dict.fromkeys(_reasons(egraph, x, y, depth - 1)))
+    return list(found)
+
+
+def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_math: bool,
+                     seconds: float) -> list[Table | str]:
+    """The renderables ``check --semantic`` prints about the semantic check, ending with its verdict."""
+    how = f"random inputs, seed {seed}" + (", finite values only" if fast_math else "")
+    items: list[Table | str] = [
+        "",
+        f"[bold]Semantic check[/bold] ({how}): {report.forms} forms of {report.classes} classes compared, "
+        f"{len(report.skipped)} skipped"
+        + (" (too large to materialise, or children without a value)" if report.skipped else "")
+        + f", {seconds:.2f} s",
+    ]
+    if report.ok:
+        items.append(f"[green]ok[/green]: every form agrees with its class ({report.forms} forms)")
+        return items
+    bad = report.disagreements
+    table = Table("class", "form", "reference form", "max error", "proved by",
+                  title=f"Disagreements (first {min(len(bad), SHOWN_DISAGREEMENTS)} of {len(bad)})",
+                  title_justify="left")
+    for d in bad[:SHOWN_DISAGREEMENTS]:
+        cls = egraph.eclass(d.class_id)
+        table.add_row(f"c{d.class_id} {_fmt_shape(cls.shape)} {cls.dtype}", f"n{d.node} {egraph.describe(d.node)}",
+                      f"n{d.reference} {egraph.describe(d.reference)}", f"{d.max_error:.3g}",
+                      ", ".join(_reasons(egraph, d.reference, d.node)))
+    items += [table, f"[bold red]disagreement[/bold red]: {len(bad)} of {report.forms} forms disagree with their "
+                     f"class: a rule is unsound"]
+    return items
 
 
 def _explore(args: argparse.Namespace) -> int:
@@ -109,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         if argv[:1] == ["check"]:
-            return _check(_check_parser().parse_args(argv[1:]), Console(highlight=False))
+            return _check(_parse_check(argv[1:]), Console(highlight=False), err)
         return _explore(_main_parser().parse_args(argv))
     except GraphError as e:
         err.print(f"[bold red]error[/bold red]: {e}", markup=True)
