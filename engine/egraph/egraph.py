@@ -30,6 +30,8 @@ from engine.program.reference import eval_node
 ClassId = int
 NodeId = int
 CONGRUENCE = "congruence"
+ATTACHED_OPS = ("kernel", "to_device")
+"""Ops that compute a class by running something (a kernel, a transfer); their param carries shape and dtype."""
 
 
 class EGraphError(AssertionError):
@@ -208,6 +210,13 @@ class EGraph:
                 n = self.add("expand", (n,), tuple(shape))
         return n
 
+    def attach(self, c: ClassId, op: str, param: Hashable, children: Sequence[int], reason: str) -> NodeId:
+        """Add an ``ATTACHED_OPS`` node (its param has ``shape`` and ``dtype``) to class ``c``, proved by ``reason``."""
+        assert op in ATTACHED_OPS, op
+        n = self.add(op, children, param)
+        self.union(c, n, reason)
+        return n
+
     def union(self, a: NodeId, b: NodeId, reason: str) -> bool:
         """Merge the classes of nodes ``a`` and ``b`` (proved equal by ``reason``); False if already one."""
         ca, cb = self.find(a), self.find(b)
@@ -279,6 +288,8 @@ class EGraph:
             shape, dtype = (), node.param.dtype
         elif node.op == "leaf":
             shape, dtype = self.leaf_types[node.param]
+        elif node.op in ATTACHED_OPS:
+            shape, dtype = node.param.shape, node.param.dtype  # type: ignore[attr-defined]
         else:
             shape, dtype = infer(node.op, child_classes, node.param, None)  # type: ignore[arg-type]
         n = len(self._nodes)

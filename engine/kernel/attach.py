@@ -1,0 +1,83 @@
+"""Kernel and ToDevice e-nodes: how kernel candidates enter the e-graph, one per device that can run them.
+
+A ``kernel`` node's children are the classes its kernel reads; it computes its
+class in the memory pool of its device.  A ``to_device`` node's only child is
+its own class: it stands for "this class, copied into ``pool`` from wherever it
+already is".  Both live in classes beside the structural forms, so the
+explorer shows them as just more alternatives, and extraction picks among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from engine.devices.base import HOST, Device
+from engine.egraph.egraph import ClassId, NodeId
+from engine.kernel.kernelize import Kernelization
+from engine.program.dtypes import DType
+from engine.program.primitives import Shape
+
+KERNELIZE = "kernelize"
+TRANSFER = "transfer"
+
+
+@dataclass(frozen=True)
+class KernelNode:
+    """The param of a ``kernel`` e-node: kernel ``kernel`` (a key of the Kernelization) run on ``device``."""
+
+    kernel: str
+    device: str
+    shape: Shape
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"k_{self.kernel[:8]}@{self.device}"
+
+
+@dataclass(frozen=True)
+class ToDevice:
+    """The param of a ``to_device`` e-node: the class copied into memory pool ``pool``."""
+
+    pool: str
+    shape: Shape
+    dtype: DType
+
+    def __str__(self) -> str:
+        return f"to {self.pool}"
+
+
+@dataclass(frozen=True)
+class Attached:
+    """The nodes attach() added."""
+
+    kernels: tuple[NodeId, ...]
+    transfers: tuple[NodeId, ...]
+
+
+def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
+    """Add a kernel node per (candidate, device that supports it) and a ToDevice node per class and pool."""
+    egraph = kz.egraph
+    kernels = []
+    for key, cand in kz.candidates.items():
+        cls = egraph.eclass(cand.output)
+        for device in devices:
+            if device.supports(cand.kernel):
+                param = KernelNode(key, device.name, cls.shape, cls.dtype)
+                kernels.append(egraph.attach(cand.output, "kernel", param, cand.inputs, KERNELIZE))
+    pools = list(dict.fromkeys([HOST, *(d.pool for d in devices)]))
+    transfers = []
+    for c in _stored_classes(kz):
+        cls = egraph.eclass(c)
+        for pool in pools:
+            transfers.append(egraph.attach(c, "to_device", ToDevice(pool, cls.shape, cls.dtype), (c,), TRANSFER))
+    egraph.rebuild()
+    return Attached(tuple(kernels), tuple(transfers))
+
+
+def _stored_classes(kz: Kernelization) -> list[ClassId]:
+    """Classes that may be in memory: kernel outputs and inputs, and the program's outputs."""
+    out = dict.fromkeys(kz.egraph.output_classes().values())
+    for cand in kz.candidates.values():
+        out.update(dict.fromkeys((cand.output, *cand.inputs)))
+    return list(out)

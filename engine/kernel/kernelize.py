@@ -1,0 +1,283 @@
+"""The kernelizer: cut the saturated e-graph into kernels and attach them to the classes they compute.
+
+Every class that must exist in memory (a program output, or the input of some
+kernel) gets kernel candidates, one per node form tried at its root; below the
+root each class is inlined in its *default form* (the cheapest by a structural
+cost) unless it must be a kernel input.  The fusion rules, as in zyx:
+
+* elementwise ops, casts and views always fuse; views become index arithmetic;
+* a kernel centres on at most one reduce, and a reduce fuses only where its
+  result is not broadcast again (no expand or growing pad between it and the
+  kernel's root) and not inside another reduce's body;
+* a class shared by several consumers is recomputed in each when its region
+  holds no reduce, and stored (a kernel input) when it does;
+* program outputs are stored, and kernels read them back.
+
+Candidates for different root forms (e.g. ``T(B@A)`` beside ``T(A)@T(B)``) and
+for the classes they in turn need compete later, in extraction.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+
+from engine.egraph.egraph import ATTACHED_OPS, ClassId, EGraph, NodeId, Scalar
+from engine.kernel.index import Idx, Var, add, flatten, lit, unflatten, var
+from engine.kernel.ir import Acc, Bound, Buffer, Const, Expr, Kernel, Load, Op, Reduce, Where
+from engine.program.primitives import BINARY_OPS, MOVEMENT_OPS, REDUCE_OPS, UNARY_OPS
+
+MAX_ROOT_FORMS = 6
+"""Root forms tried per class (cheapest default cost first)."""
+
+_OP_COST = {"leaf": 0.0, "const": 0.0, "reduce_sum": 4.0, "reduce_max": 4.0, **dict.fromkeys(MOVEMENT_OPS, 0.01)}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A kernel that computes class ``output`` from the classes ``inputs`` (its buffers, in order)."""
+
+    kernel: Kernel
+    output: ClassId
+    inputs: tuple[ClassId, ...]
+    root: NodeId
+    """The node form the kernel was built from."""
+
+
+@dataclass
+class Kernelization:
+    """The kernel candidates of an e-graph, by kernel key and by the class each computes."""
+
+    egraph: EGraph
+    defaults: dict[ClassId, NodeId]
+    """The form each class is inlined in."""
+    candidates: dict[str, Candidate] = field(default_factory=dict)
+    by_class: dict[ClassId, list[str]] = field(default_factory=dict)
+
+    def kernels(self, c: ClassId) -> list[Candidate]:
+        return [self.candidates[k] for k in self.by_class.get(self.egraph.find(c), [])]
+
+
+def default_forms(egraph: EGraph) -> dict[ClassId, NodeId]:
+    """The cheapest structural form of each class by tree cost (egg's greedy extraction).
+
+    Every op costs more than nothing except leaves and constants, so the chosen
+    forms never form a cycle.
+    """
+    best: dict[ClassId, tuple[float, NodeId]] = {}
+    nodes = [(egraph.find(n), n, egraph.node(n)) for c in egraph.classes() for n in c.nodes]
+    nodes = [t for t in nodes if t[2].op not in ATTACHED_OPS]
+    changed = True
+    while changed:
+        changed = False
+        for c, n, node in nodes:
+            if any(child not in best for child in node.children):
+                continue
+            cost = _OP_COST.get(node.op, 1.0) + sum(best[child][0] for child in node.children)
+            if c not in best or cost < best[c][0]:
+                best[c] = (cost, n)
+                changed = True
+    return {c: n for c, (_, n) in best.items()}
+
+
+def kernelize(egraph: EGraph, max_root_forms: int = MAX_ROOT_FORMS) -> Kernelization:
+    """Kernel candidates for every class the program's outputs need (the e-graph must be clean)."""
+    assert egraph.clean
+    defaults = default_forms(egraph)
+    plan = _Regions(egraph, defaults)
+    result = Kernelization(egraph, defaults)
+    todo = list(dict.fromkeys(egraph.output_classes().values()))
+    seen = set(todo)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 100_000))  # inlining recurses once per fused op
+    try:
+        while todo:
+            c = todo.pop()
+            for root in _root_forms(egraph, c, defaults, max_root_forms):
+                cand = _Builder(plan, c, root).build()
+                if cand is None or c in cand.inputs or cand.kernel.key in result.candidates:
+                    continue
+                result.candidates[cand.kernel.key] = cand
+                result.by_class.setdefault(c, []).append(cand.kernel.key)
+                for i in cand.inputs:
+                    if i not in seen and not plan.is_leaf(i):
+                        seen.add(i)
+                        todo.append(i)
+    finally:
+        sys.setrecursionlimit(limit)
+    return result
+
+
+def _root_forms(egraph: EGraph, c: ClassId, defaults: dict[ClassId, NodeId], limit: int) -> list[NodeId]:
+    forms = [n for n in egraph.eclass(c).nodes if egraph.node(n).op not in ATTACHED_OPS]
+    if any(egraph.node(n).op == "leaf" for n in forms):
+        return []  # an input: already in memory
+    first = defaults[c]
+    return [first, *[n for n in forms if n != first and all(ch in defaults for ch in egraph.node(n).children)]][:limit]
+
+
+class _Regions:
+    """What the fusion rules need to know about each class, computed once over the default forms."""
+
+    def __init__(self, egraph: EGraph, defaults: dict[ClassId, NodeId]) -> None:
+        self.egraph = egraph
+        self.defaults = defaults
+        self.outputs = set(egraph.output_classes().values())
+        self.users = self._count_users()
+        self._reduces: dict[ClassId, bool] = {}
+
+    def is_leaf(self, c: ClassId) -> bool:
+        return self.egraph.node(self.defaults[c]).op == "leaf"
+
+    def must_store(self, c: ClassId) -> bool:
+        """A class no consumer may inline: an input, an output, or a shared region holding a reduce."""
+        return self.is_leaf(c) or c in self.outputs or (self.users.get(c, 0) > 1 and self.holds_reduce(c))
+
+    def holds_reduce(self, c: ClassId) -> bool:
+        """Whether inlining ``c`` would bring a reduce into the consumer's kernel."""
+        if c not in self._reduces:
+            stack, order = [c], []
+            while stack:  # post-order without recursion: regions can be thousands of ops deep
+                x = stack.pop()
+                if x in self._reduces:
+                    continue
+                order.append(x)
+                stack.extend(ch for ch in self._fused_children(x) if ch not in self._reduces)
+            for x in reversed(order):
+                node = self.egraph.node(self.defaults[x])
+                self._reduces[x] = node.op in REDUCE_OPS or any(self._reduces.get(ch, False) for ch in self._fused_children(x))
+        return self._reduces[c]
+
+    def _fused_children(self, c: ClassId) -> list[ClassId]:
+        node = self.egraph.node(self.defaults[c])
+        if node.op in ("expand", "pad") or node.op in REDUCE_OPS:
+            return []  # a reduce below a broadcast, or a second reduce, is stored, never fused
+        return [ch for ch in node.children if not (self.is_leaf(ch) or ch in self.outputs)]
+
+    def _count_users(self) -> dict[ClassId, int]:
+        """Distinct consumer classes of each class, in the default-form DAG of the outputs."""
+        users: dict[ClassId, int] = {}
+        seen: set[ClassId] = set()
+        stack = list(self.outputs)
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            for ch in dict.fromkeys(self.egraph.node(self.defaults[c]).children):
+                users[ch] = users.get(ch, 0) + 1
+                stack.append(ch)
+        return users
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where in the kernel an expression is being built."""
+
+    in_reduce: bool = False
+    broadcast: bool = False
+    """An expand or growing pad lies between the kernel root and here (outside the reduce)."""
+
+
+class _Builder:
+    """Builds one kernel: the root class in ``root`` form, everything below it inlined or loaded."""
+
+    def __init__(self, regions: _Regions, output: ClassId, root: NodeId) -> None:
+        self.regions = regions
+        self.egraph = regions.egraph
+        self.output = output
+        self.root = root
+        self.inputs: dict[ClassId, int] = {}
+        self.reduce: tuple[ClassId, tuple[Idx, ...], Reduce] | None = None
+        self.memo: dict[tuple[ClassId, tuple[Idx, ...], _Where], Expr] = {}
+
+    def build(self) -> Candidate | None:
+        cls = self.egraph.eclass(self.output)
+        gvars = tuple(Var(f"g{i}", d) for i, d in enumerate(cls.shape))
+        value = self.form(self.root, tuple(var(v) for v in gvars), _Where())
+        reduce = self.reduce[2] if self.reduce else None
+        buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
+        kernel = Kernel(buffers, cls.shape, gvars, reduce, (value,))
+        return Candidate(kernel, self.output, tuple(self.inputs), self.root)
+
+    def value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
+        """Class ``c`` at index ``idx``: a load if it must be in memory here, else its default form inlined."""
+        c = self.egraph.find(c)
+        key = (c, idx, where)
+        if key not in self.memo:
+            self.memo[key] = self._value(c, idx, where)
+        return self.memo[key]
+
+    def _value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
+        regions = self.regions
+        if regions.must_store(c) or (regions.holds_reduce(c) and not self._may_fuse_reduce(where)):
+            return self.load(c, idx)
+        return self.form(regions.defaults[c], idx, where)
+
+    def _may_fuse_reduce(self, where: _Where) -> bool:
+        return not where.in_reduce and not where.broadcast and self.reduce is None
+
+    def load(self, c: ClassId, idx: tuple[Idx, ...]) -> Load:
+        cls = self.egraph.eclass(c)
+        slot = self.inputs.setdefault(c, len(self.inputs))
+        return Load(slot, flatten(idx, cls.shape), cls.numel, cls.dtype)
+
+    def form(self, n: NodeId, idx: tuple[Idx, ...], where: _Where) -> Expr:
+        """Node form ``n`` at index ``idx``."""
+        op, param, children = self.egraph.node(n)
+        cls = self.egraph.eclass(n)
+        if op == "leaf":
+            return self.load(cls.id, idx)
+        if op == "const":
+            return Const(param, cls.dtype)  # type: ignore[arg-type]
+        if op in UNARY_OPS or op in BINARY_OPS:
+            return Op(op, tuple(self.value(ch, idx, where) for ch in children), cls.dtype)
+        if op == "cast":
+            return Op("cast", (self.value(children[0], idx, where),), cls.dtype)
+        (child,) = children
+        shape = self.egraph.eclass(child).shape
+        if op == "permute":
+            inner = [lit(0)] * len(shape)
+            for i, axis in enumerate(param):  # type: ignore[arg-type]
+                inner[axis] = idx[i]
+            return self.value(child, tuple(inner), where)
+        if op == "reshape":
+            return self.value(child, tuple(unflatten(flatten(idx, cls.shape), shape)), where)
+        if op == "expand":
+            grows = any(a == 1 and b != 1 for a, b in zip(shape, cls.shape))
+            inner_idx = tuple(lit(0) if d == 1 else i for i, d in zip(idx, shape))
+            return self.value(child, inner_idx, _Where(where.in_reduce, where.broadcast or (grows and not where.in_reduce)))
+        if op == "pad":
+            return self._pad(child, shape, param, idx, where)  # type: ignore[arg-type]
+        if op in REDUCE_OPS:
+            return self._reduce(n, child, shape, param, idx, where)  # type: ignore[arg-type]
+        raise AssertionError(f"cannot kernelize {op!r}")
+
+    def _pad(self, child: ClassId, shape: tuple[int, ...], param: tuple, idx: tuple[Idx, ...], where: _Where) -> Expr:
+        pads, fill = param
+        inner = tuple(add(i, lit(-lo)) for i, (lo, _) in zip(idx, pads))
+        bounds = tuple(
+            Bound(i, 0, d) for i, d in zip(inner, shape) if i.bounds[0] < 0 or i.bounds[1] >= d
+        )
+        grows = bool(bounds) and not where.in_reduce
+        value = self.value(child, inner, _Where(where.in_reduce, where.broadcast or grows))
+        if not bounds:
+            return value
+        dtype = self.egraph.eclass(child).dtype
+        return Where(bounds, value, Const(Scalar(fill, dtype), dtype), dtype)
+
+    def _reduce(self, n: NodeId, child: ClassId, shape: tuple[int, ...], axes: tuple[int, ...], idx, where) -> Expr:
+        c = self.egraph.find(n)
+        if self.reduce is not None and self.reduce[:2] == (c, idx):
+            return Acc(self.reduce[2].dtype)
+        if not self._may_fuse_reduce(where):
+            return self.load(c, idx)
+        rvars = tuple(Var(f"r{j}", shape[a]) for j, a in enumerate(axes))
+        inner, outer, r = [], iter(idx), iter(rvars)
+        for a in range(len(shape)):
+            inner.append(var(next(r)) if a in axes else next(outer))
+        op = self.egraph.node(n).op.removeprefix("reduce_")
+        body = self.value(child, tuple(inner), _Where(in_reduce=True))  # reduces in the body are loaded
+        self.reduce = (c, idx, Reduce(op, rvars, body))
+        return Acc(body.dtype)
+

@@ -1,0 +1,226 @@
+"""ExecPlan: the extracted kernels and copies as ordered Allocate / Copy / Launch / Free steps, and running them.
+
+Values (a class in a memory pool) are produced in dependency order; a buffer is
+freed right after its last reader, except the program's outputs, which end in
+the host pool and are returned.  Executing a plan on real devices returns the
+outputs and the measured time of every step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.devices.base import HOST, Device
+from engine.egraph.egraph import EGraph
+from engine.extract import Extraction, Value
+from engine.kernel.attach import KernelNode
+from engine.kernel.ir import Buffer, Kernel
+from engine.kernel.kernelize import Kernelization
+
+
+@dataclass(frozen=True)
+class Allocate:
+    """A buffer for ``value`` in its pool; ``input`` names the program input it is filled with, if any."""
+
+    value: Value
+    buffer: Buffer
+    input: str | None = None
+
+
+@dataclass(frozen=True)
+class Copy:
+    source: Value
+    target: Value
+    buffer: Buffer
+    predicted: float
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Run ``kernel`` on ``device``, reading ``inputs`` and writing ``outputs`` (values in the device's pool)."""
+
+    kernel: Kernel
+    device: str
+    inputs: tuple[Value, ...]
+    outputs: tuple[Value, ...]
+    predicted: float
+
+
+@dataclass(frozen=True)
+class Free:
+    value: Value
+    buffer: Buffer
+
+
+Step = Allocate | Copy | Launch | Free
+
+
+@dataclass(frozen=True)
+class ExecPlan:
+    steps: tuple[Step, ...]
+    outputs: Mapping[str, Value]
+
+    @property
+    def predicted(self) -> float:
+        """Predicted seconds of all launches and copies (each counted once)."""
+        return sum(s.predicted for s in self.steps if isinstance(s, Copy | Launch))
+
+    @property
+    def peak_bytes(self) -> int:
+        """The most memory held at once, summed over pools."""
+        held = peak = 0
+        for s in self.steps:
+            if isinstance(s, Allocate):
+                held += s.buffer.nbytes
+                peak = max(peak, held)
+            elif isinstance(s, Free):
+                held -= s.buffer.nbytes
+        return peak
+
+    def launches(self) -> list[Launch]:
+        return [s for s in self.steps if isinstance(s, Launch)]
+
+
+def build_plan(
+    extraction: Extraction,
+    kz: Kernelization,
+    kernel_time: Callable[[KernelNode], float],
+    transfer_time: Callable[[int, str, str], float],
+) -> ExecPlan:
+    """Order the extraction's choices into steps (inputs before users), freeing buffers after their last use."""
+    egraph = kz.egraph
+    order = _topological(egraph, extraction)
+    reads: dict[Value, list[int]] = {}
+    steps: list[Step] = []
+    for value in order:
+        choice = extraction.choices[value]
+        buffer = _buffer(egraph, value)
+        op, param, children = egraph.node(choice.node)
+        if op == "leaf":
+            steps.append(Allocate(value, buffer, input=param))  # type: ignore[arg-type]
+            continue
+        steps.append(Allocate(value, buffer))
+        if choice.source is not None:
+            src = choice.source
+            steps.append(Copy(src, value, buffer, transfer_time(buffer.nbytes, src[1], value[1])))
+            reads.setdefault(src, []).append(len(steps) - 1)
+        else:
+            assert isinstance(param, KernelNode)
+            pool = value[1]
+            inputs = tuple((ch, pool) for ch in children)
+            steps.append(Launch(kz.candidates[param.kernel].kernel, param.device, inputs, (value,), kernel_time(param)))
+            for v in inputs:
+                reads.setdefault(v, []).append(len(steps) - 1)
+    keep = set(extraction.outputs.values())
+    frees: dict[int, list[Value]] = {}
+    for value, at in reads.items():
+        if value not in keep:
+            frees.setdefault(max(at), []).append(value)
+    final: list[Step] = []
+    for i, step in enumerate(steps):
+        final.append(step)
+        final.extend(Free(v, _buffer(egraph, v)) for v in frees.get(i, []))
+    return ExecPlan(tuple(final), dict(extraction.outputs))
+
+
+def _buffer(egraph: EGraph, value: Value) -> Buffer:
+    cls = egraph.eclass(value[0])
+    return Buffer(cls.shape, cls.dtype)
+
+
+def _topological(egraph: EGraph, extraction: Extraction) -> list[Value]:
+    """The chosen values, each after the values it reads (depth-first from the outputs, deterministic)."""
+    order: list[Value] = []
+    done: set[Value] = set()
+    for root in sorted(set(extraction.outputs.values())):
+        stack: list[tuple[Value, bool]] = [(root, False)]
+        while stack:
+            value, expanded = stack.pop()
+            if value in done:
+                continue
+            if expanded:
+                done.add(value)
+                order.append(value)
+                continue
+            stack.append((value, True))
+            stack.extend((d, False) for d in reversed(_dependencies(egraph, extraction, value)) if d not in done)
+    return order
+
+
+def _dependencies(egraph: EGraph, extraction: Extraction, value: Value) -> list[Value]:
+    choice = extraction.choices[value]
+    if choice.source is not None:
+        return [choice.source]
+    op, _, children = egraph.node(choice.node)
+    return [(ch, value[1]) for ch in children] if op == "kernel" else []
+
+
+@dataclass(frozen=True)
+class Execution:
+    """Outputs of running a plan, and the measured seconds of each step (0 for allocations and frees)."""
+
+    outputs: Mapping[str, np.ndarray]
+    step_times: tuple[float, ...]
+
+    @property
+    def total(self) -> float:
+        return sum(self.step_times)
+
+
+def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray]) -> Execution:
+    """Run every step of ``plan``; inputs are host arrays by program input name."""
+    by_name = {d.name: d for d in devices}
+    by_pool = {d.pool: d for d in devices if d.pool != HOST}
+    handles: dict[Value, Any] = {}
+    compiled: dict[tuple[str, str], Any] = {}
+    copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
+    times: list[float] = []
+    for step in plan.steps:
+        seconds = 0.0
+        if isinstance(step, Allocate):
+            pool = step.value[1]
+            if step.input is not None:
+                handles[step.value] = np.ascontiguousarray(inputs[step.input], step.buffer.dtype.numpy)
+            elif step.value in copied:
+                pass
+            elif pool == HOST:
+                handles[step.value] = np.empty(step.buffer.shape, step.buffer.dtype.numpy)
+            else:
+                handles[step.value] = by_pool[pool].alloc(step.buffer)
+        elif isinstance(step, Copy):
+            start = time.perf_counter()
+            src, dst = step.source[1], step.target[1]
+            data = handles[step.source] if src == HOST else by_pool[src].download(handles[step.source], step.buffer)
+            if dst == HOST:
+                handles[step.target] = np.asarray(data).reshape(step.buffer.shape)
+            else:
+                handles[step.target] = by_pool[dst].upload(np.ascontiguousarray(data))
+            seconds = time.perf_counter() - start
+        elif isinstance(step, Launch):
+            device = by_name[step.device]
+            key = (step.kernel.key, step.device)
+            if key not in compiled:
+                compiled[key] = device.compile(step.kernel)
+            ins = [handles[v] for v in step.inputs]
+            outs = [handles[v] for v in step.outputs]
+            seconds = device.launch(compiled[key], ins, outs)
+        else:
+            pool = step.value[1]
+            handle = handles.pop(step.value)
+            if pool != HOST:
+                by_pool[pool].free(handle)
+        times.append(seconds)
+    outputs = {name: np.asarray(handles[v]).reshape(_shape(plan, v)) for name, v in plan.outputs.items()}
+    return Execution(outputs, tuple(times))
+
+
+def _shape(plan: ExecPlan, value: Value) -> tuple[int, ...]:
+    for step in plan.steps:
+        if isinstance(step, Allocate) and step.value == value:
+            return step.buffer.shape
+    raise AssertionError(value)
