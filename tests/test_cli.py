@@ -122,13 +122,6 @@ def test_check_semantic_bad_file_exits_2(tmp_path, capsys):
     assert "Saturation" not in captured.out
 
 
-def test_check_semantic_refuses_classes_too_big_to_compare(capsys):
-    assert main(["check", "--semantic", str(sample_graphs.path("matmul"))]) == 2
-    captured = capsys.readouterr()
-    assert "Saturation" in captured.out
-    assert "cannot compare class" in captured.err and "[1024, 1024, 1024]" in captured.err
-
-
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [

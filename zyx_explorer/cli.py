@@ -25,7 +25,6 @@ import sample_graphs
 from engine import GraphError, Program, load
 from engine.egraph import (
     CONGRUENCE,
-    EClass,
     EGraph,
     Limits,
     Runner,
@@ -45,8 +44,6 @@ EXIT_INTERRUPTED = 130
 
 SEMANTIC_MAX_ELEMENTS = 1 << 22
 """Forms bigger than this are not materialised by the semantic check (they are counted as skipped)."""
-COMPARE_MAX_ELEMENTS = 1 << 26
-"""The largest view class the semantic check may compare: it compares in float64, copying views in full."""
 SHOWN_DISAGREEMENTS = 10
 
 
@@ -199,16 +196,6 @@ def _semantic(program: Program, args: argparse.Namespace, console: Console, err:
         result = Runner(rules, limits).run(egraph)
     for item in saturation_summary(result, len(rules), args.fast_math):
         console.print(item)
-    too_big = _too_big_to_compare(egraph)
-    if too_big is not None:
-        err.print(
-            f"[bold red]error[/bold red]: {args.file}: the semantic check cannot compare class c{too_big.id} "
-            f"{_fmt_shape(too_big.shape)} {too_big.dtype}: {too_big.numel:,} elements "
-            f"({_fmt_bytes(too_big.numel * 8)} as float64), more than {COMPARE_MAX_ELEMENTS:,}; "
-            "check a smaller program (e.g. the .small samples)",
-            markup=True,
-        )
-        return EXIT_BAD_INPUT
     began = time.perf_counter()
     with console.status("checking every form of every class"):
         report = check_semantics(egraph, inputs, seed=seed, max_elements=SEMANTIC_MAX_ELEMENTS,
@@ -216,18 +203,6 @@ def _semantic(program: Program, args: argparse.Namespace, console: Console, err:
     for item in semantic_summary(egraph, report, seed, args.fast_math, time.perf_counter() - began):
         console.print(item)
     return 0 if report.ok else EXIT_DISAGREEMENT
-
-
-def _too_big_to_compare(egraph: EGraph) -> EClass | None:
-    """The biggest class the semantic check would copy in full to compare its forms, if it is too big.
-
-    Views (expand, permute, reshape) are evaluated whatever their size, and comparing two forms copies both.
-    """
-    views = ("expand", "permute", "reshape")
-    compared = (c for c in egraph.classes()
-                if len(c.nodes) > 1 and any(egraph.node(n).op in views for n in c.nodes))
-    biggest = max(compared, key=lambda c: c.numel, default=None)
-    return biggest if biggest is not None and biggest.numel > COMPARE_MAX_ELEMENTS else None
 
 
 def saturation_summary(result: Saturation, rules: int, fast_math: bool) -> list[Table | str]:
