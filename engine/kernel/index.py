@@ -173,7 +173,7 @@ def floordiv(x: Idx, k: int) -> Idx:
     rlo, rhi = rest.bounds
     if rlo >= 0 and rhi < k:  # the remainder never carries
         return add(Idx(tuple((a, c // k) for a, c in whole), x.const // k))
-    return add(Idx(tuple((a, c // k) for a, c in whole), 0), _atom(Div(rest, k)) if rest.terms else lit(rest.const // k))
+    return add(Idx(tuple((a, c // k) for a, c in whole), x.const // k), _atom(Div(rest, k)) if rest.terms else lit(rest.const // k))
 
 
 def mod(x: Idx, k: int) -> Idx:
