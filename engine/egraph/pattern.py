@@ -130,7 +130,10 @@ def instantiate(pat: Pat | Var, m: Match) -> TermLike:
     if isinstance(pat, Var):
         return m[pat.name]
     p = pat.param
-    param = m[p.name] if isinstance(p, Param) else p(m) if callable(p) else p
+    if p is ANY:  # the default of ``P``: on the right-hand side it means "no parameter", as the lowering writes it
+        param = None
+    else:
+        param = m[p.name] if isinstance(p, Param) else p(m) if callable(p) else p
     return Term(pat.op, param, tuple(instantiate(c, m) for c in pat.children))
 
 
