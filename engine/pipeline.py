@@ -121,12 +121,16 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
 
 
 def verify(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], program: Program) -> Verification:
-    """Compare each output with the reference within its dtype's tolerance (NaNs must match)."""
-    types = program.types()
+    """Compare each output with the reference (NaNs must match).
+
+    The tolerance is that of the loosest dtype the program computes in: a float16
+    intermediate rounds differently on a device that keeps it in float32 registers.
+    """
+    dtypes = {i.dtype for i in program.inputs} | {n.dtype for n in program.lower().nodes}
+    rtol, atol = max(d.tolerance for d in dtypes)
     checks = []
     for name, want in reference.items():
         got = outputs[name]
-        rtol, atol = types[name][1].tolerance
         a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
         same = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
         with np.errstate(invalid="ignore"):
