@@ -1,0 +1,253 @@
+"""OpenCL devices through pyopencl: every device of every platform found, each with its own context and queue.
+
+Kernels are compiled from ``engine.kernel.opencl.generate``; built programs are
+cached per device by source.  Buffers are ``pyopencl.Buffer`` handles (at least a
+few bytes, so empty tensors have a handle too).  Launches use a 1-D range of
+``numel`` work items, rounded up to the variant's local size, and report the
+event's profiled device time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.kernel.cost import work
+from engine.kernel.ir import Buffer, Kernel
+from engine.kernel.opencl import UnsupportedKernelError, check, extensions, generate
+
+try:
+    import pyopencl as cl
+except ImportError:  # pragma: no cover - pyopencl is a dependency, but discovery must never raise
+    cl = None
+
+_MIN_BYTES = 8
+"""Smallest allocation: an empty tensor still gets a valid buffer (of the widest element)."""
+
+
+class KernelBuildError(RuntimeError):
+    """An OpenCL program failed to build (the message holds the build log), or the device cannot run the kernel."""
+
+    def __init__(self, message: str, source: str = "", log: str = "") -> None:
+        super().__init__(message)
+        self.source = source
+        self.log = log
+
+
+@dataclass(frozen=True)
+class Nominal:
+    """Nominal speeds of a device, for roofline estimates until autotuning measures the real thing."""
+
+    bandwidth: float
+    """Device memory bytes/s."""
+    throughput: float
+    """Scalar ops/s."""
+    overhead: float
+    """Seconds per launch."""
+    transfer_bandwidth: float
+    """Host <-> device bytes/s."""
+    transfer_overhead: float
+    """Seconds per transfer."""
+
+
+def nominal(device: Any) -> Nominal:
+    """Rough speeds from a ``pyopencl.Device``'s attributes (compute units, clock, vector width, type).
+
+    These are deliberately crude: the planner uses them only for kernels it has
+    not timed; autotuning replaces them with measurements.
+    """
+    units = max(int(device.max_compute_units), 1)
+    clock = (int(device.max_clock_frequency) or 1000) * 1e6
+    if device.type & cl.device_type.GPU:
+        return Nominal(
+            bandwidth=min(max(units * 25e9, 50e9), 4e12),
+            throughput=units * clock * 64,
+            overhead=5e-6,
+            transfer_bandwidth=20e9,
+            transfer_overhead=10e-6,
+        )
+    lanes = max(int(device.preferred_vector_width_float), 1)
+    return Nominal(
+        bandwidth=min(units * 8e9, 100e9),
+        throughput=units * clock * lanes,
+        overhead=20e-6,
+        transfer_bandwidth=10e9,
+        transfer_overhead=2e-6,
+    )
+
+
+@dataclass(frozen=True)
+class OpenCLKernel:
+    """A kernel built for one OpenCL device (what ``OpenCLDevice.compile`` returns)."""
+
+    kernel: Kernel
+    variant: Variant
+    source: str
+    program: Any = field(repr=False)
+    function: Any = field(repr=False)
+    """The ``pyopencl.Kernel`` of ``kernel.name``."""
+
+
+class OpenCLDevice:
+    """One OpenCL device: its own context, a profiling queue, a program cache keyed by source."""
+
+    def __init__(self, device: Any, name: str) -> None:
+        self.device = device
+        self.name = name
+        self.pool = name
+        self.context = cl.Context([device])
+        self.queue = cl.CommandQueue(self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.programs: dict[str, Any] = {}
+        """Built programs by source."""
+        self.builds = 0
+        """How many programs were built (cache misses)."""
+        self.nominal = nominal(device)
+
+    def __repr__(self) -> str:
+        return f"OpenCLDevice({self.name!r})"
+
+    @property
+    def driver_version(self) -> str:
+        """Driver and platform version (part of the tuning cache's key)."""
+        return f"{self.device.driver_version} / {self.device.platform.version}"
+
+    @property
+    def is_gpu(self) -> bool:
+        return bool(self.device.type & cl.device_type.GPU)
+
+    def unsupported(self, kernel: Kernel) -> str | None:
+        """Why this device cannot run ``kernel``, or None when it can."""
+        try:
+            check(kernel)
+        except UnsupportedKernelError as e:
+            return str(e)
+        missing = sorted(x for x in extensions(kernel) if x not in self.device.extensions.split())
+        return f"needs {', '.join(missing)}" if missing else None
+
+    def supports(self, kernel: Kernel) -> bool:
+        """f16 is always supported (``vload_half`` is core); f64 needs ``cl_khr_fp64``."""
+        return self.unsupported(kernel) is None
+
+    def build(self, source: str) -> Any:
+        """The built ``pyopencl.Program`` of ``source`` (cached); raises KernelBuildError with the build log."""
+        program = self.programs.get(source)
+        if program is None:
+            self.builds += 1
+            try:
+                program = cl.Program(self.context, source).build()
+            except cl.Error as e:  # RuntimeError carries the log in its message
+                log = _build_log(e)
+                raise KernelBuildError(f"OpenCL build failed on {self.name}:\n{log}", source, log) from e
+            self.programs[source] = program
+        return program
+
+    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> OpenCLKernel:
+        reason = self.unsupported(kernel)
+        if reason is not None:
+            raise KernelBuildError(f"{self.name} cannot run {kernel.name}: {reason}")
+        limit = int(self.device.max_work_group_size)
+        if variant.local_size is not None and not 0 < variant.local_size <= limit:
+            raise KernelBuildError(f"local size {variant.local_size} outside 1..{limit} on {self.name}")
+        source = generate(kernel, variant)
+        program = self.build(source)
+        return OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, kernel.name))
+
+    def alloc(self, buffer: Buffer) -> Any:
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(buffer.nbytes, _MIN_BYTES))
+
+    def upload(self, array: np.ndarray) -> Any:
+        data = np.ascontiguousarray(array)
+        if data.nbytes < _MIN_BYTES:
+            handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, _MIN_BYTES)
+            if data.nbytes:
+                cl.enqueue_copy(self.queue, handle, data).wait()
+            return handle
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
+
+    def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
+        out = np.empty(buffer.shape, buffer.dtype.numpy)
+        if out.nbytes:
+            cl.enqueue_copy(self.queue, out, handle).wait()
+        return out
+
+    def free(self, handle: Any) -> None:
+        handle.release()
+
+    def launch(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> float:
+        """Run ``compiled`` and wait; returns the profiled device time in seconds (0 for an empty shape)."""
+        kernel = compiled.kernel
+        assert len(inputs) == len(kernel.inputs) and len(outputs) == len(kernel.outputs)
+        if kernel.numel == 0:
+            return 0.0
+        local = compiled.variant.local_size
+        size = kernel.numel if local is None else math.ceil(kernel.numel / local) * local
+        compiled.function.set_args(*inputs, *outputs)
+        event = cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,), None if local is None else (local,))
+        event.wait()
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def estimate(self, kernel: Kernel) -> float:
+        """A roofline on nominal speeds (see ``nominal``); autotuning replaces it with measured times."""
+        n = self.nominal
+        return work(kernel).roofline(n.bandwidth, n.throughput, n.overhead)
+
+    def transfer_estimate(self, nbytes: int) -> float:
+        n = self.nominal
+        return n.transfer_overhead + nbytes / n.transfer_bandwidth
+
+
+def _build_log(error: Exception) -> str:
+    """The build log pyopencl put in its error (its message is the log, per device)."""
+    text = str(error)
+    return text if text.strip() else repr(error)
+
+
+def _short_version(platform_version: str) -> str:
+    return re.sub(r"\s+", " ", platform_version.split(",")[0]).strip()
+
+
+def device_names(found: list[tuple[str, str]]) -> list[str]:
+    """Unique, stable names for ``(device name, platform version)`` pairs, in order.
+
+    ``opencl:<device name>``; where two devices share it (e.g. two PoCL platforms
+    both offering ``pthread-<cpu>``), the platform version is added, and then an
+    ordinal if that is not enough (identical GPUs of one platform).
+    """
+    base = [f"opencl:{d.strip()}" for d, _ in found]
+    names = [b if base.count(b) == 1 else f"{b} ({_short_version(v)})" for b, (_, v) in zip(base, found)]
+    seen: dict[str, int] = {}
+    out = []
+    for n in names:
+        count = names.count(n)
+        seen[n] = seen.get(n, 0) + 1
+        out.append(n if count == 1 else f"{n} #{seen[n]}")
+    return out
+
+
+def discover() -> list[OpenCLDevice]:
+    """Every OpenCL device of every platform; an empty list (never an error) when there is none."""
+    if cl is None:
+        return []
+    try:
+        platforms = cl.get_platforms()
+    except Exception:  # no ICD loader / PLATFORM_NOT_FOUND_KHR
+        return []
+    found = []
+    for platform in platforms:
+        try:
+            found.extend((platform, d) for d in platform.get_devices())
+        except Exception:  # a platform without devices raises DEVICE_NOT_FOUND
+            continue
+    names = device_names([(d.name, p.version) for p, d in found])
+    devices = []
+    for (_, d), name in zip(found, names):
+        try:
+            devices.append(OpenCLDevice(d, name))
+        except Exception:  # a device that cannot give a context is left out
+            continue
+    return devices
