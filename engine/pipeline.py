@@ -99,7 +99,7 @@ def compile_program(program: Program, devices: Sequence[Device], options: Option
     times = {}
     for n in attached.kernels:
         param = egraph.node(n).param
-        times[param] = by_name[param.device].estimate(kz.candidates[param.kernel].kernel)
+        times[param] = by_name[param.device].estimate(kz.candidates[param.candidate].kernel)
     transfer_time = transfer_estimate(devices)
     extraction = greedy(egraph, {d.name: d.pool for d in devices}, times.__getitem__, transfer_time)
     plan = build_plan(extraction, kz, times.__getitem__, transfer_time)

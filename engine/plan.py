@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import HOST, Device
+from engine.devices.base import DEFAULT_VARIANT, HOST, Device
 from engine.egraph.egraph import EGraph
 from engine.extract import Extraction, Value
 from engine.kernel.attach import KernelNode
@@ -113,7 +113,7 @@ def build_plan(
             assert isinstance(param, KernelNode)
             pool = value[1]
             inputs = tuple((ch, pool) for ch in children)
-            steps.append(Launch(kz.candidates[param.kernel].kernel, param.device, inputs, (value,), kernel_time(param)))
+            steps.append(Launch(kz.candidates[param.candidate].kernel, param.device, inputs, (value,), kernel_time(param)))
             for v in inputs:
                 reads.setdefault(v, []).append(len(steps) - 1)
     keep = set(extraction.outputs.values())
@@ -179,6 +179,10 @@ def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.n
     handles: dict[Value, Any] = {}
     compiled: dict[tuple[str, str], Any] = {}
     copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
+    for device in devices:  # devices that build programs build all of the plan's kernels at once
+        batch = getattr(device, "compile_many", None)
+        if batch is not None:
+            batch([(s.kernel, DEFAULT_VARIANT) for s in plan.launches() if s.device == device.name])
     times: list[float] = []
     for step in plan.steps:
         seconds = 0.0

@@ -19,7 +19,7 @@ import numpy as np
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel
-from engine.kernel.opencl import UnsupportedKernelError, check, extensions, generate
+from engine.kernel.opencl import UnsupportedKernelError, check, extensions, generate, program_source
 
 try:
     import pyopencl as cl
@@ -145,6 +145,24 @@ class OpenCLDevice:
                 raise KernelBuildError(f"OpenCL build failed on {self.name}:\n{log}", source, log) from e
             self.programs[source] = program
         return program
+
+    def compile_many(self, items: list[tuple[Kernel, Variant]]) -> None:
+        """Build every not yet built kernel of ``items`` in one program; later ``compile`` calls find them.
+
+        If the joint build fails, each kernel is built on its own, so the error names the one that fails.
+        """
+        todo = {}
+        for kernel, variant in items:
+            if self.unsupported(kernel) is None and generate(kernel, variant) not in self.programs:
+                todo.setdefault(kernel.name, (kernel, variant))
+        if len(todo) < 2:
+            return
+        try:
+            program = self.build(program_source(list(todo.values())))
+        except KernelBuildError:
+            return  # compile() builds them one by one and reports the culprit
+        for kernel, variant in todo.values():
+            self.programs[generate(kernel, variant)] = program
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> OpenCLKernel:
         reason = self.unsupported(kernel)

@@ -130,10 +130,8 @@ def instantiate(pat: Pat | Var, m: Match) -> TermLike:
     if isinstance(pat, Var):
         return m[pat.name]
     p = pat.param
-    if p is ANY:  # the default of ``P``: on the right-hand side it means "no parameter", as the lowering writes it
-        param = None
-    else:
-        param = m[p.name] if isinstance(p, Param) else p(m) if callable(p) else p
+    # ANY, the default of ``P``, means "no parameter" on the right-hand side, as the lowering writes it
+    param = None if p is ANY else m[p.name] if isinstance(p, Param) else p(m) if callable(p) else p
     return Term(pat.op, param, tuple(instantiate(c, m) for c in pat.children))
 
 

@@ -24,15 +24,15 @@ TRANSFER = "transfer"
 
 @dataclass(frozen=True)
 class KernelNode:
-    """The param of a ``kernel`` e-node: kernel ``kernel`` (a key of the Kernelization) run on ``device``."""
+    """The param of a ``kernel`` e-node: candidate ``candidate`` (an id of the Kernelization) run on ``device``."""
 
-    kernel: str
+    candidate: str
     device: str
     shape: Shape
     dtype: DType
 
     def __str__(self) -> str:
-        return f"k_{self.kernel[:8]}@{self.device}"
+        return f"{self.candidate.split('@')[0]} on {self.device}"
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,11 @@ def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
     """Add a kernel node per (candidate, device that supports it) and a ToDevice node per class and pool."""
     egraph = kz.egraph
     kernels = []
-    for key, cand in kz.candidates.items():
+    for cand_id, cand in kz.candidates.items():
         cls = egraph.eclass(cand.output)
         for device in devices:
             if device.supports(cand.kernel):
-                param = KernelNode(key, device.name, cls.shape, cls.dtype)
+                param = KernelNode(cand_id, device.name, cls.shape, cls.dtype)
                 kernels.append(egraph.attach(cand.output, "kernel", param, cand.inputs, KERNELIZE))
     pools = list(dict.fromkeys([HOST, *(d.pool for d in devices)]))
     transfers = []

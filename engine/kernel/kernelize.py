@@ -43,6 +43,11 @@ class Candidate:
     root: NodeId
     """The node form the kernel was built from."""
 
+    @property
+    def id(self) -> str:
+        """Unique per kernelization: equal kernels (one ``key``) may compute different classes."""
+        return f"{self.kernel.name}@c{self.output}({','.join(f'c{i}' for i in self.inputs)})"
+
 
 @dataclass
 class Kernelization:
@@ -52,6 +57,7 @@ class Kernelization:
     defaults: dict[ClassId, NodeId]
     """The form each class is inlined in."""
     candidates: dict[str, Candidate] = field(default_factory=dict)
+    """By candidate id."""
     by_class: dict[ClassId, list[str]] = field(default_factory=dict)
 
     def kernels(self, c: ClassId) -> list[Candidate]:
@@ -95,10 +101,10 @@ def kernelize(egraph: EGraph, max_root_forms: int = MAX_ROOT_FORMS) -> Kerneliza
             c = todo.pop()
             for root in _root_forms(egraph, c, defaults, max_root_forms):
                 cand = _Builder(plan, c, root).build()
-                if cand is None or c in cand.inputs or cand.kernel.key in result.candidates:
+                if cand is None or c in cand.inputs or cand.id in result.candidates:
                     continue
-                result.candidates[cand.kernel.key] = cand
-                result.by_class.setdefault(c, []).append(cand.kernel.key)
+                result.candidates[cand.id] = cand
+                result.by_class.setdefault(c, []).append(cand.id)
                 for i in cand.inputs:
                     if i not in seen and not plan.is_leaf(i):
                         seen.add(i)

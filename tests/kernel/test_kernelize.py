@@ -122,3 +122,14 @@ def test_every_sample_kernelizes(name):
     for c in kz.egraph.output_classes().values():
         assert kz.kernels(c) or kz.egraph.node(kz.defaults[c]).op == "leaf"
     assert all(len(cand.kernel.outputs) == 1 for cand in kz.candidates.values())
+
+
+def test_equal_kernels_for_different_classes_are_separate_candidates():
+    """out0 = cast(a) * out1 and out1 = cast(a) * b have one kernel text, but compute two classes."""
+    a, b = Tensor.input("a", (), "bool"), Tensor.input("b", ())
+    out1 = a.cast("f32") * b
+    kz = kernelized(from_tensors({"out0": a.cast("f32") * out1.sum(()), "out1": out1.sum(())}))
+    for c in kz.egraph.output_classes().values():
+        assert kz.kernels(c)
+    keys = [cand.kernel.key for cand in kz.candidates.values()]
+    assert len(set(keys)) < len(keys)
