@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,19 +59,25 @@ class Compilation:
 
     program: Program
     devices: tuple[Device, ...]
-    egraph: EGraph
+    stage: str = "program"
+    """The last stage done; the fields of later stages are still None."""
+    egraph: EGraph | None = None
     """The e-graph as it ends up (kernel nodes included); earlier stages are its prefixes."""
-    lowered: tuple[int, int]
+    lowered: tuple[int, int] = (0, 0)
     """(nodes added, unions) right after lowering: ``egraph.prefix(*lowered)`` is the ``egraph`` stage."""
-    saturation: Saturation
-    kernelization: Kernelization
-    attached: Attached
-    kernel_times: Mapping[KernelNode, float]
+    saturation: Saturation | None = None
+    kernelization: Kernelization | None = None
+    attached: Attached | None = None
+    kernel_times: Mapping[KernelNode, float] = field(default_factory=dict)
     """Seconds of each kernel node: the devices' estimates (the autotuner replaces them with timings)."""
-    extraction: Extraction
-    plan: ExecPlan
+    extraction: Extraction | None = None
+    plan: ExecPlan | None = None
     execution: Execution | None = None
     verification: Verification | None = None
+
+    def done(self, stage: str) -> bool:
+        """Whether ``stage`` (one of STAGES) is available."""
+        return STAGES.index(stage) <= STAGES.index(self.stage)
 
     @property
     def device_pools(self) -> dict[str, str]:
@@ -90,28 +96,51 @@ def transfer_estimate(devices: Sequence[Device]) -> Callable[[int, str, str], fl
 
 def compile_program(program: Program, devices: Sequence[Device], options: Options = Options()) -> Compilation:
     """Compile ``program`` for ``devices`` (and run it, unless ``options.execute`` is false)."""
-    egraph = from_program(program)
-    lowered = (egraph.num_added, len(egraph.unions))
-    saturation = Runner(default_rules(fast_math=options.fast_math), options.limits).run(egraph)
-    kz = kernelize(egraph, options.max_root_forms)
-    attached = attach(kz, devices)
-    by_name = {d.name: d for d in devices}
-    times = {}
-    for n in attached.kernels:
-        param = egraph.node(n).param
-        times[param] = by_name[param.device].estimate(kz.candidates[param.candidate].kernel)
-    transfer_time = transfer_estimate(devices)
-    extraction = greedy(egraph, {d.name: d.pool for d in devices}, times.__getitem__, transfer_time)
-    plan = build_plan(extraction, kz, times.__getitem__, transfer_time)
-    compilation = Compilation(program, tuple(devices), egraph, lowered, saturation, kz, attached, times, extraction, plan)
-    if options.execute:
-        run(compilation)
+    *_, compilation = compile_stages(program, devices, options)
     return compilation
+
+
+def compile_stages(program: Program, devices: Sequence[Device], options: Options = Options()) -> Iterator[Compilation]:
+    """Compile stage by stage, yielding the (same, growing) Compilation after each of STAGES."""
+    c = Compilation(program, tuple(devices))
+    yield c
+    c.egraph = from_program(program)
+    c.lowered = (c.egraph.num_added, len(c.egraph.unions))
+    c.stage = "egraph"
+    yield c
+    c.saturation = Runner(default_rules(fast_math=options.fast_math), options.limits).run(c.egraph)
+    c.stage = "saturated"
+    yield c
+    c.kernelization = kernelize(c.egraph, options.max_root_forms)
+    c.attached = attach(c.kernelization, devices)
+    by_name = {d.name: d for d in devices}
+    for n in c.attached.kernels:
+        param = c.egraph.node(n).param
+        c.kernel_times[param] = by_name[param.device].estimate(c.kernelization.candidates[param.candidate].kernel)
+    c.stage = "kernelized"
+    yield c
+    extract(c)
+    c.stage = "plan"
+    yield c
+    if options.execute:
+        run(c)
+        c.stage = "executed"
+        yield c
+
+
+def extract(c: Compilation) -> None:
+    """(Re-)extract the plan of a kernelized compilation from its kernel times."""
+    assert c.egraph is not None and c.kernelization is not None
+    transfer_time = transfer_estimate(c.devices)
+    kernel_time = c.kernel_times.__getitem__
+    c.extraction = greedy(c.egraph, c.device_pools, kernel_time, transfer_time)
+    c.plan = build_plan(c.extraction, c.kernelization, kernel_time, transfer_time)
 
 
 def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
     """Execute the plan on the program's input values (or ``inputs``) and verify it against the reference."""
     program = compilation.program
+    assert compilation.plan is not None
     values = dict(program.input_values() if inputs is None else inputs)
     execution = execute(compilation.plan, compilation.devices, values)
     reference = evaluate(program.lower(), values)
