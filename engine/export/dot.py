@@ -1,0 +1,103 @@
+"""One DOT graph per stage of a Compilation (built with the ``graphviz`` package).
+
+``stage_graph(compilation, stage, options)`` gives the graph of one stage, or the reason it
+has none: a stage the compilation did not reach, or one this build does not have (e.g. the
+autotuner's ``tuned``), is skipped with a note, never an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import graphviz
+
+from engine import pipeline
+from engine.export import egraph_dot, kernel_dot, plan_dot, view
+from engine.export.chosen import stage_forms
+from engine.pipeline import Compilation
+
+KNOWN_STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
+"""Every stage an export can draw; those missing from ``engine.pipeline.STAGES`` are skipped."""
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    stage: str
+    graph: graphviz.Digraph | None
+    note: str = ""
+    """Why there is no graph (when ``graph`` is None)."""
+
+
+def stage_names() -> list[str]:
+    """The stages ``--stage all`` exports, in pipeline order (plus the known ones this build lacks)."""
+    names = list(pipeline.STAGES)
+    for i, name in enumerate(KNOWN_STAGES):
+        if name not in names:
+            names.insert(min(i, len(names)), name)
+    return names
+
+
+def missing(c: Compilation, stage: str) -> str:
+    """Why ``stage`` cannot be drawn for ``c`` ("" when it can)."""
+    if stage not in pipeline.STAGES:
+        return f"stage {stage!r} is not part of this compilation's pipeline: skipped"
+    if not c.done(stage):
+        return f"stage {stage!r} not reached (the compilation stopped after {c.stage!r}): skipped"
+    needs = {"egraph": c.egraph, "saturated": c.saturation, "kernelized": c.kernelization, "tuned": c.kernelization,
+             "plan": c.plan, "executed": c.execution}
+    if stage in needs and needs[stage] is None:
+        return f"stage {stage!r} has no data in this compilation: skipped"
+    return ""
+
+
+def stage_graph(c: Compilation, stage: str, options: view.ExportOptions = view.DEFAULT_OPTIONS) -> StageGraph:
+    """The DOT graph of ``stage`` (one of ``stage_names()``), or a note why there is none."""
+    why = missing(c, stage)
+    if why:
+        return StageGraph(stage, None, why)
+    name = c.program.name or "program"
+    if stage == "program":
+        return StageGraph(stage, program_graph(c))
+    if stage in ("egraph", "saturated"):
+        assert c.egraph is not None
+        if stage == "egraph":
+            eg, title = c.egraph.prefix(*c.lowered), "e-graph after lowering"
+        else:
+            assert c.saturation is not None
+            sat = c.saturation
+            eg = sat.snapshot(len(sat.iterations))
+            title = f"saturated e-graph ({len(sat.iterations)} iterations, {sat.stop.value})"
+        return StageGraph(stage, egraph_dot.draw(eg, stage_forms(c, eg), options, stage, f"{name}: {title}"))
+    if stage in ("kernelized", "tuned"):
+        title = "kernels (cost per device)" if stage == "kernelized" else "tuned kernels (measured cost per device)"
+        return StageGraph(stage, kernel_dot.draw(c, options, stage, f"{name}: {title}"))
+    if stage in ("plan", "executed"):
+        title = "plan" if stage == "plan" else "executed plan"
+        return StageGraph(stage, plan_dot.draw(c, options, stage, f"{name}: {title}", stage == "executed"))
+    return StageGraph(stage, None, f"stage {stage!r} has no exporter: skipped")
+
+
+def program_graph(c: Compilation) -> graphviz.Digraph:
+    """The program: inputs, ops with their shapes and dtypes, outputs; edges follow the data."""
+    p = c.program
+    live = {n.id for n in p.live_nodes()}
+    title = f"{p.name or 'program'}: {len(p.inputs)} inputs, {len(p.nodes)} ops, {len(p.outputs)} outputs"
+    notes = [f"{len(p.nodes) - len(live)} ops no output uses (grey)"] if len(live) < len(p.nodes) else []
+    g = view.graph("program", title, notes)
+    view.limit_layout(g, len(p.inputs) + len(p.nodes))
+    for i in p.inputs:
+        g.node(f"t_{i.name}", f"{i.name}\\n{view.shape(i.shape)} {i.dtype}\\n{i.init.kind}", shape="ellipse",
+               style="filled", fillcolor="#f3f3f3", kind="input")
+    for n in p.nodes:
+        attrs = ", ".join(f"{k}={v}" for k, v in n.attrs.items() if v is not None)[:60]
+        label = f"{n.id}: {n.op}" + (f"\\n{attrs}" if attrs else "") + f"\\n{view.shape(n.shape)} {n.dtype}"
+        style = {"style": "filled,rounded", "fillcolor": "#dbe7f3"} if n.id in live else {"style": "rounded",
+                                                                                            "fontcolor": "#999999"}
+        g.node(f"t_{n.id}", label.replace("\\n", "\\n") , shape="box", kind="op",
+               peripheries="2" if n.id in p.outputs else "1", **style)
+        for a in n.args:
+            g.edge(f"t_{a}", f"t_{n.id}")
+    for out in p.outputs:
+        g.node(f"out_{out}", f"output {out}", shape="plaintext")
+        g.edge(f"t_{out}", f"out_{out}", style="dotted")
+    return g

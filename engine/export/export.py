@@ -1,0 +1,70 @@
+"""Export stages of a Compilation to files: DOT always, and SVG, PNG or PDF when Graphviz's ``dot`` is there."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.export.dot import stage_graph, stage_names
+from engine.export.files import write_atomic
+from engine.export.render import FORMATS, RenderError, dot_binary, render
+from engine.export.report import write_report
+from engine.export.view import DEFAULT_OPTIONS, ExportOptions
+from engine.pipeline import Compilation
+
+
+@dataclass
+class ExportResult:
+    """The files written, the notes for the user (cuts, skipped stages, a missing ``dot``), render times."""
+
+    paths: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    render_seconds: dict[str, float] = field(default_factory=dict)
+
+
+def export_stage(compilation: Compilation, stage: str, out_dir: Path, fmt: str = "svg",
+                 options: ExportOptions = DEFAULT_OPTIONS, *, result: ExportResult | None = None) -> list[Path]:
+    """Write ``<stage>.dot`` (and ``<stage>.<fmt>``) into ``out_dir``; returns the paths written.
+
+    A stage the compilation lacks writes nothing; why, and any rendering problem (e.g. no
+    ``dot`` on PATH), goes to ``result.notes`` when a ``result`` is given.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    result = result if result is not None else ExportResult()
+    sg = stage_graph(compilation, stage, options)
+    if sg.graph is None:
+        result.notes.append(sg.note)
+        return []
+    source = sg.graph.source
+    paths = [write_atomic(Path(out_dir) / f"{stage}.dot", source)]
+    if fmt != "dot":
+        began = time.perf_counter()
+        try:
+            data = render(source, fmt)
+        except RenderError as e:
+            result.notes.append(f"{stage}: {e}")
+        else:
+            result.render_seconds[stage] = time.perf_counter() - began
+            paths.append(write_atomic(Path(out_dir) / f"{stage}.{fmt}", data))
+    result.paths += paths
+    return paths
+
+
+def export_all(compilation: Compilation, stages: Sequence[str] | None, out_dir: Path, fmt: str = "svg",
+               options: ExportOptions = DEFAULT_OPTIONS, source: str = "") -> ExportResult:
+    """Export ``stages`` (default: every stage) and write ``report.md`` and ``report.html`` beside them."""
+    out_dir = Path(out_dir)
+    result = ExportResult()
+    if fmt != "dot" and dot_binary() is None:
+        result.notes.append(f"Graphviz `dot` not found on PATH: wrote DOT files only (install graphviz to get {fmt})")
+        fmt = "dot"
+    files: dict[str, list[str]] = {}
+    for stage in stages or stage_names():
+        paths = export_stage(compilation, stage, out_dir, fmt, options, result=result)
+        if paths:
+            files[stage] = [p.name for p in paths]
+    result.paths += write_report(compilation, out_dir, files, result.notes, source)
+    return result

@@ -1,0 +1,138 @@
+"""The kernelized graph: each kernel candidate a group of the classes it fuses, with its cost per device;
+stored classes (kernel inputs and outputs) between them; library kernels and the plan's kernels stand out."""
+
+from __future__ import annotations
+
+import graphviz
+
+from engine.egraph.egraph import ClassId
+from engine.export import view
+from engine.export.chosen import Region, class_of, neighbourhood, planned_kernels, region
+from engine.export.egraph_dot import node_label
+from engine.kernel.kernelize import Candidate
+from engine.pipeline import Compilation
+
+
+def device_times(c: Compilation) -> dict[str, dict[str, float]]:
+    """Candidate id -> device name -> seconds (the kernel times the extraction used)."""
+    out: dict[str, dict[str, float]] = {}
+    for param, t in c.kernel_times.items():
+        out.setdefault(param.candidate, {})[param.device] = t
+    return out
+
+
+def draw(c: Compilation, options: view.ExportOptions, name: str, title: str) -> graphviz.Digraph:
+    """The kernel candidates of ``c`` (kernelized) as DOT."""
+    kz, eg = c.kernelization, c.egraph
+    assert kz is not None and eg is not None
+    planned = planned_kernels(c)
+    regions = {k: region(kz, cand) for k, cand in kz.candidates.items()}
+    keep = list(kz.candidates)
+    notes: list[str] = []
+    if options.neighbourhood is not None:
+        centre = class_of(eg, options.neighbourhood)
+        if centre is None:
+            notes.append(f"c{options.neighbourhood} is not a class: every kernel is shown")
+        else:
+            near = neighbourhood(eg, centre, options.depth)
+            keep = [k for k in keep if near & _classes(regions[k])]
+            notes.append(f"cut: only kernels touching the neighbourhood of c{centre} (depth {options.depth}): "
+                         f"{len(keep)} of {len(kz.candidates)} kernels")
+    plan_only, collapse = options.plan_only, options.collapse
+    if _count(keep, regions, collapse) > options.max_nodes and not plan_only:
+        plan_only = True
+        notes.append(f"cut: over {options.max_nodes} nodes: only the plan's kernels")
+    if plan_only:
+        notes.append(f"cut: only the chosen plan's kernels (plan-only): {sum(k in planned for k in keep)} "
+                     f"of {len(keep)}")
+        keep = [k for k in keep if k in planned]
+    if _count(keep, regions, collapse) > options.max_nodes and not collapse:
+        collapse = True
+        notes.append(f"cut: over {options.max_nodes} nodes: each kernel drawn as one node")
+    elif collapse:
+        notes.append("each kernel drawn as one node (collapsed)")
+    drawn = _count(keep, regions, collapse)
+    head = f"{title}: {len(keep)} of {len(kz.candidates)} kernel candidates, {len(planned)} in the plan"
+    g = view.graph(name, head, notes, compound="true", newrank="true")
+    view.limit_layout(g, drawn)
+    times = device_times(c)
+    _draw_stored(g, c, keep)
+    for i, k in enumerate(keep):
+        cand = kz.candidates[k]
+        _draw_kernel(g, c, i, cand, regions[k], times.get(k, {}), planned.get(k), collapse)
+        edge = {"color": view.CHOSEN_LINE, "penwidth": "2"} if k in planned else {"color": "#777777"}
+        if not collapse:
+            edge["lhead"] = f"cluster_k{i}"
+        g.edge(f"v{cand.output}", f"k{i}", **edge)
+    return g
+
+
+def _classes(r: Region) -> set[ClassId]:
+    return set(r.forms) | {ch for _, ch in r.loads}
+
+
+def _count(keep: list[str], regions: dict[str, Region], collapse: bool) -> int:
+    stored = {ch for k in keep for _, ch in regions[k].loads} | {next(iter(regions[k].forms)) for k in keep}
+    fused = 0 if collapse else sum(len(regions[k].forms) for k in keep)
+    return len(stored) + len(keep) + fused
+
+
+def _draw_stored(g: graphviz.Digraph, c: Compilation, keep: list[str]) -> None:
+    """One ellipse per class kept in memory (a kernel's output or input)."""
+    kz, eg = c.kernelization, c.egraph
+    assert kz is not None and eg is not None
+    outputs: dict[ClassId, list[str]] = {}
+    for out, cls in eg.output_classes().items():
+        outputs.setdefault(cls, []).append(out)
+    leaves = {eg.find(n): eg.node(n).param for cls in eg.classes() for n in cls.nodes if eg.node(n).op == "leaf"}
+    stored: set[ClassId] = set()
+    for k in keep:
+        cand = kz.candidates[k]
+        stored.update((cand.output, *cand.inputs))
+    for cls_id in sorted(stored):
+        cls = eg.eclass(cls_id)
+        label = f"c{cls_id} {view.shape(cls.shape)} {cls.dtype}"
+        if cls_id in leaves:
+            label += f"\\ninput {leaves[cls_id]}"
+        if cls_id in outputs:
+            label += f"\\noutput {', '.join(outputs[cls_id])}"
+        g.node(f"v{cls_id}", label, shape="ellipse", style="filled", fillcolor="#f3f3f3",
+               peripheries="2" if cls_id in outputs else "1")
+
+
+def _draw_kernel(g: graphviz.Digraph, c: Compilation, i: int, cand: Candidate, r: Region,
+                 times: dict[str, float], device: str | None, collapse: bool) -> None:
+    eg = c.egraph
+    assert eg is not None
+    library = [d for d in times if d in view.LIBRARY_DEVICES]
+    rows = [f"{'✓ ' if d == device else ''}{view.short_device(d)}: {view.seconds(t)}" for d, t in sorted(times.items())]
+    label = "\\n".join([f"{cand.kernel.name} → c{cand.output}", *rows] + ([f"{len(r.forms)} ops fused"] if collapse
+                                                                             else []))
+    fill = view.CHOSEN_FILL if device else (view.LIBRARY_FILL if library else "#ffffff")
+    head = {"shape": "box3d", "style": "filled", "fillcolor": fill, "color": view.LIBRARY_LINE if library else "black",
+            "kernel": cand.id}
+    if device:
+        head["chosen"] = "true"
+    if library:
+        head["library"] = ",".join(library)
+    root = next(iter(r.forms))
+    if collapse:
+        g.node(f"k{i}", label, **head)
+        for _, ch in r.loads:
+            g.edge(f"k{i}", f"v{ch}", color="#777777")
+        return
+    with g.subgraph(name=f"cluster_k{i}") as sub:
+        lib = f"  library: {', '.join(library)}" if library else ""
+        sub.attr(label=f"kernel {cand.kernel.name}{lib}", style="filled,rounded" if library else "rounded",
+                 fillcolor=view.LIBRARY_FILL if library else "white",
+                 color=view.CHOSEN_LINE if device else (view.LIBRARY_LINE if library else "#999999"),
+                 penwidth="2" if device else "1", fontsize="10")
+        sub.node(f"k{i}", label, **head)
+        for cls_id, n in r.forms.items():
+            sub.node(f"k{i}_c{cls_id}", f"c{cls_id} {node_label(eg, n)}", shape="box", style="rounded,filled",
+                     fillcolor="white")
+        sub.edge(f"k{i}", f"k{i}_c{root}", color="#777777")
+        for a, b in r.edges:
+            sub.edge(f"k{i}_c{a}", f"k{i}_c{b}", color="#777777")
+    for a, b in r.loads:
+        g.edge(f"k{i}_c{a}", f"v{b}", color="#777777", style="dashed")
