@@ -20,12 +20,51 @@ HOST = "host"
 
 @dataclass(frozen=True)
 class Variant:
-    """Tuning parameters of one kernel on one device (defaults: let the runtime choose)."""
+    """Tuning parameters of one kernel on one device (the defaults: one output per work item, runtime's local size).
+
+    Every variant computes the same function; ``engine.kernel.opencl`` explains each parameter.
+    """
 
     local_size: int | None = None
+    """Work-group size (None: the runtime chooses)."""
+    upcast: int = 1
+    """Outputs per work item along the last non-trivial global axis (contiguous: vector loads and stores)."""
+    tile: int = 1
+    """Outputs per work item along the axis before it (with ``upcast``: a 2-D register tile)."""
+    unroll: int = 1
+    """Unroll factor of the innermost reduce loop (a remainder loop handles the rest)."""
+    group: int = 0
+    """When > 1: one work-group of this many work items (a power of two) per output, the reduce split across it
+    and combined by a tree reduction in local memory."""
 
     def __str__(self) -> str:
-        return f"local={self.local_size or 'auto'}"
+        parts = [f"local={self.local_size or 'auto'}"]
+        for name in ("upcast", "tile", "unroll"):
+            if getattr(self, name) != 1:
+                parts.append(f"{name}={getattr(self, name)}")
+        if self.group > 1:
+            parts.append(f"group={self.group}")
+        return " ".join(parts)
+
+    @property
+    def tag(self) -> str:
+        """A short C-identifier-safe name, e.g. ``l64u4t1r1g0`` (suffix of the variant's function name)."""
+        return f"l{self.local_size or 0}u{self.upcast}t{self.tile}r{self.unroll}g{self.group}"
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"local_size": self.local_size, "upcast": self.upcast, "tile": self.tile, "unroll": self.unroll,
+                "group": self.group}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Variant:
+        fields = ("local_size", "upcast", "tile", "unroll", "group")
+        unknown = set(data) - set(fields)
+        if unknown:
+            raise ValueError(f"unknown variant fields {sorted(unknown)}")
+        values = {k: data[k] for k in fields if k in data}
+        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values.values()):
+            raise ValueError(f"variant fields must be integers: {data}")
+        return Variant(**values)
 
 
 DEFAULT_VARIANT = Variant()

@@ -3,13 +3,13 @@
 Kernels are compiled from ``engine.kernel.opencl.generate``; built programs are
 cached per device by source.  Buffers are ``pyopencl.Buffer`` handles (at least a
 few bytes, so empty tensors have a handle too).  Launches use a 1-D range of
-``numel`` work items, rounded up to the variant's local size, and report the
-event's profiled device time.
+work items (``launch_size``: one per point, per upcast tile or per group
+member), rounded up to the variant's local size, and report the event's
+profiled device time.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,7 +19,17 @@ import numpy as np
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel
-from engine.kernel.opencl import UnsupportedKernelError, check, extensions, generate, program_source
+from engine.kernel.opencl import (
+    InvalidVariantError,
+    UnsupportedKernelError,
+    check,
+    extensions,
+    function_name,
+    generate,
+    launch_size,
+    program_source,
+    variant_error,
+)
 
 try:
     import pyopencl as cl
@@ -146,15 +156,32 @@ class OpenCLDevice:
             self.programs[source] = program
         return program
 
+    def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
+        """Why ``variant`` cannot run ``kernel`` here (it does not apply, or exceeds a device limit), or None."""
+        error = variant_error(kernel, variant)
+        if error is not None:
+            return error
+        limit = int(self.device.max_work_group_size)
+        local = variant.group if variant.group > 1 else variant.local_size
+        if local is not None and not 0 < local <= limit:
+            return f"local size {local} outside 1..{limit} on {self.name}"
+        if variant.group > 1 and kernel.reduce is not None:
+            need = variant.group * max(kernel.reduce.dtype.itemsize, 4)
+            if need > int(self.device.local_mem_size):
+                return f"group {variant.group} needs {need} bytes of local memory, {self.name} has fewer"
+        return None
+
     def compile_many(self, items: list[tuple[Kernel, Variant]]) -> None:
         """Build every not yet built kernel of ``items`` in one program; later ``compile`` calls find them.
 
-        If the joint build fails, each kernel is built on its own, so the error names the one that fails.
+        Items this device cannot run are left out; if the joint build fails, each kernel is
+        built on its own (by ``compile``), so the error names the one that fails.
         """
         todo = {}
         for kernel, variant in items:
-            if self.unsupported(kernel) is None and generate(kernel, variant) not in self.programs:
-                todo.setdefault(kernel.name, (kernel, variant))
+            runs = self.unsupported(kernel) is None and self.variant_error(kernel, variant) is None
+            if runs and generate(kernel, variant) not in self.programs:
+                todo.setdefault(function_name(kernel, variant), (kernel, variant))
         if len(todo) < 2:
             return
         try:
@@ -165,15 +192,15 @@ class OpenCLDevice:
             self.programs[generate(kernel, variant)] = program
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> OpenCLKernel:
-        reason = self.unsupported(kernel)
+        reason = self.unsupported(kernel) or self.variant_error(kernel, variant)
         if reason is not None:
-            raise KernelBuildError(f"{self.name} cannot run {kernel.name}: {reason}")
-        limit = int(self.device.max_work_group_size)
-        if variant.local_size is not None and not 0 < variant.local_size <= limit:
-            raise KernelBuildError(f"local size {variant.local_size} outside 1..{limit} on {self.name}")
-        source = generate(kernel, variant)
+            raise KernelBuildError(f"{self.name} cannot run {kernel.name} ({variant}): {reason}")
+        try:
+            source = generate(kernel, variant)
+        except (InvalidVariantError, UnsupportedKernelError) as e:
+            raise KernelBuildError(str(e)) from e
         program = self.build(source)
-        return OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, kernel.name))
+        return OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)))
 
     def alloc(self, buffer: Buffer) -> Any:
         return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(buffer.nbytes, _MIN_BYTES))
@@ -202,8 +229,7 @@ class OpenCLDevice:
         assert len(inputs) == len(kernel.inputs) and len(outputs) == len(kernel.outputs)
         if kernel.numel == 0:
             return 0.0
-        local = compiled.variant.local_size
-        size = kernel.numel if local is None else math.ceil(kernel.numel / local) * local
+        size, local = launch_size(kernel, compiled.variant)
         compiled.function.set_args(*inputs, *outputs)
         event = cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,), None if local is None else (local,))
         event.wait()

@@ -25,6 +25,19 @@ Semantics follow ``engine.program.reference`` (numpy), with these choices:
 
 Kernels using an op on a dtype it does not apply to (``sin`` of an int, ``and``
 of floats, ...) raise ``UnsupportedKernelError``.
+
+Variants (``engine.devices.base.Variant``; transforms in ``engine.kernel.lanes``):
+
+* ``upcast``/``tile``: a work item computes ``upcast`` contiguous points of the
+  last non-trivial axis times ``tile`` points of the axis before it (a register
+  tile: loads shared by lanes are issued once);
+* ``unroll``: the innermost reduce loop runs ``unroll`` iterations per step, then
+  a remainder loop; accumulation order is unchanged;
+* ``group``: one work-group per output point; its work items stride over the
+  flattened reduce and combine their partials by a tree in local memory;
+* in any variant, loads of one buffer at consecutive constant offsets (lanes,
+  unrolled iterations) become ``vloadN`` and contiguous unguarded stores
+  ``vstoreN`` (N in 2, 4, 8, 16; only element alignment is required).
 """
 
 from __future__ import annotations
@@ -34,8 +47,9 @@ import math
 import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, Variant
-from engine.kernel.index import Div, Idx, Mod, Var
-from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where, reduce_dependent, schedule
+from engine.kernel.index import Div, Idx, Mod, Var, flatten, var
+from engine.kernel.ir import Acc, Bound, Const, Expr, Kernel, Load, Op, Reduce, Where, schedule
+from engine.kernel.lanes import LaneAcc, dependent, flat_reduce, lanes, rewrite, unroll, upcast_axes
 from engine.program.dtypes import DType
 from engine.program.primitives import ARITHMETIC_OPS, COMPARE_OPS, LOGIC_OPS, UNARY_OPS
 
@@ -59,6 +73,46 @@ _FLOAT_UNARY = ("exp2", "log2", "sin", "cos", "sqrt", "recip")
 
 class UnsupportedKernelError(ValueError):
     """The kernel uses something this code generator cannot express (an op on a dtype it does not apply to)."""
+
+
+class InvalidVariantError(ValueError):
+    """A variant that does not apply to the kernel (e.g. unroll without a reduce, a group that is no power of 2)."""
+
+
+def variant_error(kernel: Kernel, variant: Variant) -> str | None:
+    """Why ``variant`` cannot apply to ``kernel`` (device limits aside), or None."""
+    v = variant
+    if min(v.upcast, v.tile, v.unroll) < 1 or v.group < 0 or (v.local_size is not None and v.local_size < 1):
+        return f"non-positive parameter in {v}"
+    last, before = upcast_axes(kernel)
+    if v.upcast > 1 and last is None:
+        return "upcast needs an axis of size > 1"
+    if v.tile > 1 and before is None:
+        return "tile needs two axes of size > 1"
+    if v.unroll > 1 and (kernel.reduce is None or not kernel.reduce.vars):
+        return "unroll needs a reduce loop"
+    if v.group > 1:
+        if kernel.reduce is None:
+            return "group needs a reduce"
+        if v.group & (v.group - 1):
+            return f"group {v.group} is not a power of two"
+        if (v.upcast, v.tile, v.unroll) != (1, 1, 1) or v.local_size not in (None, v.group):
+            return "group excludes upcast, tile, unroll and another local size"
+    return None
+
+
+def function_name(kernel: Kernel, variant: Variant) -> str:
+    """The ``__kernel`` function's name: ``kernel.name``, suffixed by the variant's tag unless it is the default."""
+    return kernel.name if variant == DEFAULT_VARIANT else f"{kernel.name}_{variant.tag}"
+
+
+def launch_size(kernel: Kernel, variant: Variant) -> tuple[int, int | None]:
+    """(global size, local size or None) of a 1-D launch of ``kernel`` in ``variant``."""
+    if variant.group > 1:
+        return kernel.numel * variant.group, variant.group
+    n = lanes(kernel, variant.upcast, variant.tile).numel if kernel.numel else 0
+    local = variant.local_size
+    return (n if local is None else math.ceil(n / local) * local), local
 
 
 def applies(op: str, dtype: DType) -> bool:
@@ -94,8 +148,10 @@ def check(kernel: Kernel) -> None:
 def generate(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> str:
     """OpenCL C source of one ``__kernel void <kernel.name>(inputs..., outputs...)``.
 
-    A set ``variant.local_size`` adds a ``reqd_work_group_size`` attribute (the
-    launch rounds the global size up to it; the extra work items return at once).
+    A set ``variant.local_size`` (or ``group``) adds a ``reqd_work_group_size``
+    attribute (the launch rounds the global size up to it; the extra work items
+    return at once).  The function is named ``function_name(kernel, variant)``.
+    Raises ``InvalidVariantError`` for a variant that does not apply.
     """
     return program_source([(kernel, variant)])
 
@@ -105,8 +161,8 @@ def program_source(items: list[tuple[Kernel, Variant]]) -> str:
 
     Their names must differ; pragmas and helper functions are emitted once.
     """
-    parts = [_Emitter(kernel, variant.local_size).parts() for kernel, variant in items]
-    names = [kernel.name for kernel, _ in items]
+    parts = [_Emitter(kernel, variant).parts() for kernel, variant in items]
+    names = [function_name(kernel, variant) for kernel, variant in items]
     assert len(set(names)) == len(names), "one program cannot hold two functions of one name"
     head = dict.fromkeys(line for lines, _ in parts for line in lines)
     return "".join(head) + "".join(function for _, function in parts)
@@ -176,14 +232,19 @@ def _indices(kernel: Kernel) -> list[Idx]:
 class _Emitter:
     """Builds the source of one kernel (names of temporaries, helper functions, lines)."""
 
-    def __init__(self, kernel: Kernel, local_size: int | None) -> None:
+    def __init__(self, kernel: Kernel, variant: Variant) -> None:
+        error = variant_error(kernel, variant)
+        if error is not None:
+            raise InvalidVariantError(f"{variant} does not apply to {kernel.name}: {error}")
         self.kernel = kernel
-        self.local_size = local_size
+        self.variant = variant
+        self.local_size = variant.group if variant.group > 1 else variant.local_size
         self.vars: dict[Var, str] = {v: f"g{i}" for i, v in enumerate(kernel.vars)}
         if kernel.reduce is not None:
             self.vars |= {v: f"r{i}" for i, v in enumerate(kernel.reduce.vars)}
         sizes = [kernel.numel, *(b.numel for b in kernel.inputs), *map(_magnitude, _indices(kernel))]
-        self.itype = "long" if max(sizes) > _INT32_MAX else "int"
+        # lanes past a non-divisible end and group strides overshoot indices a little: keep a margin
+        self.itype = "long" if 2 * max(sizes) + 64 > _INT32_MAX else "int"
         self.names: dict[Expr, str] = {}
         self.helpers: dict[str, str] = {}
         self.lines: list[str] = []
@@ -214,8 +275,12 @@ class _Emitter:
         return f"(({num}) % {atom.k})"
 
     def condition(self, e: Where) -> str:
+        return self.bounds(e.bounds)
+
+    def bounds(self, bounds: tuple[Bound, ...]) -> str:
+        """C condition of ``bounds``, leaving out the checks the index ranges prove."""
         checks = []
-        for b in e.bounds:
+        for b in bounds:
             lo, hi = b.index.bounds
             text = self.index(b.index)
             if lo < b.lo:
@@ -331,13 +396,14 @@ class _Emitter:
         return name
 
     def emit(self, roots: list[Expr], indent: str, only: set[Expr] | None = None) -> list[Expr]:
-        """Declare a temporary for each node of ``roots`` not yet named (restricted to ``only``); returns them."""
-        new = []
-        for e in schedule(roots):
-            if e in self.names or (only is not None and e not in only):
-                continue
-            if isinstance(e, Acc):
-                self.names[e] = "acc"
+        """Declare a temporary for each node of ``roots`` not yet named (restricted to ``only``); returns them.
+
+        Loads of one buffer at consecutive offsets are read first, by vector loads.
+        """
+        order = [e for e in schedule(roots) if e not in self.names and (only is None or e in only)]
+        new = self.vector_loads([e for e in order if isinstance(e, Load)], indent)
+        for e in order:
+            if e in self.names:
                 continue
             text = self.expr(e)
             name = f"t{self.count}"
@@ -347,80 +413,219 @@ class _Emitter:
             new.append(e)
         return new
 
+    def vector_loads(self, loads: list[Load], indent: str) -> list[Expr]:
+        """Emit ``vloadN`` for runs of ``loads`` at consecutive offsets; name their lanes; returns the loads named."""
+        ok = [e for e in loads if not e.clamped and e.dtype in _VECTOR]
+        named: list[Expr] = []
+        for base, run in _runs([((e.input, e.dtype), e.index, e) for e in ok]):
+            if len(run) < 2:
+                continue
+            n, dtype, buf = len(run), run[0].dtype, f"in{run[0].input}"
+            name = f"v{self.count}"
+            self.count += 1
+            fn = f"vload_half{n}" if dtype == DType.F16 else f"vload{n}"
+            self.lines.append(f"{indent}const {COMPUTE[dtype]}{n} {name} = {fn}(0, {buf} + ({self.index(base)}));")
+            for lane, e in enumerate(run):
+                self.names[e] = f"{name}.s{lane:x}"
+                named.append(e)
+        return named
+
     # the kernel
 
-    def reduce(self) -> None:
+    def init(self, red: Reduce) -> str:
+        dtype = red.dtype
+        if red.op == "sum":
+            return _zero(dtype)
+        if dtype.is_float:
+            return "(double)(-INFINITY)" if dtype == DType.F64 else "(-INFINITY)"
+        return {DType.BOOL: "false", DType.I32: "INT_MIN", DType.I64: "LONG_MIN"}[dtype]
+
+    def combine(self, red: Reduce, a: str, b: str) -> str:
+        """``a`` and ``b`` combined by the reduce's op."""
+        dtype, t = red.dtype, COMPUTE[red.dtype]
+        if dtype == DType.BOOL:
+            return f"{a} || {b}"
+        if red.op == "sum":
+            return f"({t})(({_UNSIGNED[dtype]}){a} + ({_UNSIGNED[dtype]}){b})" if dtype.is_int else f"{a} + {b}"
+        return f"max({a}, {b})" if dtype.is_int else f"({a} >= {b} || isnan({a})) ? {a} : {b}"
+
+    def loop(self, v: Var, indent: str, start: str = "0", step: int = 1) -> str:
+        name = self.vars[v]
+        inc = f"++{name}" if step == 1 else f"{name} += {step}"
+        self.lines.append(f"{indent}for ({self.itype} {name} = {start}; {name} < {v.size}; {inc}) {{")
+        return indent + "  "
+
+    def reduce(self, bodies: list[Expr]) -> None:
+        """The reduce loops of every lane (``bodies``, one per lane), accumulating into ``acc<lane>``."""
         red = self.kernel.reduce
         assert red is not None
-        dtype, body = red.dtype, red.body
-        inner = reduce_dependent(self.kernel) | {body}
-        self.emit([body], "  ", only=set(schedule([body])) - inner)
-        t = COMPUTE[dtype]
-        if red.op == "sum":
-            init = _zero(dtype)
-        elif dtype.is_float:
-            init = "(double)(-INFINITY)" if dtype == DType.F64 else "(-INFINITY)"
-        else:
-            init = {DType.BOOL: "false", DType.I32: "INT_MIN", DType.I64: "LONG_MIN"}[dtype]
-        self.lines.append(f"  {t} acc = {init};")
+        t = COMPUTE[red.dtype]
+        for lane in range(len(bodies)):
+            self.lines.append(f"  {t} acc{lane} = {self.init(red)};")
+        if not red.vars:
+            for lane, b in enumerate(bodies):
+                self.emit([b], "  ")
+                self.lines.append(f"  acc{lane} = {self.combine(red, f'acc{lane}', self.names[b])};")
+            return
+        *outer, last = red.vars
+        main, mains, rest, rsub = unroll(last, self.variant.unroll)
+        self.vars[main] = self.vars[rest] = self.vars[last]
+        steps = [rewrite(bodies, s) for s in mains]  # [iteration][lane]
+        tail = rewrite(bodies, rsub) if rest.size else []
+        roots = [b for step in steps for b in step] + tail
+        inner = dependent(roots, {*outer, main, rest})
+        self.emit(roots, "  ", only=set(schedule(roots)) - inner - set(roots))
         indent = "  "
-        for v in red.vars:
-            name = self.vars[v]
-            self.lines.append(f"{indent}for ({self.itype} {name} = 0; {name} < {v.size}; ++{name}) {{")
-            indent += "  "
-        scoped = self.emit([body], indent, only=inner)
-        v = self.names[body]
-        if dtype == DType.BOOL:
-            update = f"acc || {v}"
-        elif red.op == "sum":
-            update = f"({t})(({_UNSIGNED[dtype]})acc + ({_UNSIGNED[dtype]}){v})" if dtype.is_int else f"acc + {v}"
-        else:
-            update = f"max(acc, {v})" if dtype.is_int else f"(acc >= {v} || isnan(acc)) ? acc : {v}"
-        self.lines.append(f"{indent}acc = {update};")
-        for _ in red.vars:
+        for v in outer:
+            indent = self.loop(v, indent)
+        for v, loop_steps in ((main, steps), (rest, [tail] if tail else [])):
+            if not loop_steps or v.size == 0:
+                continue
+            body_indent = self.loop(v, indent)
+            scoped = self.emit([b for step in loop_steps for b in step], body_indent, only=inner | set(roots))
+            for step in loop_steps:
+                for lane, b in enumerate(step):
+                    self.lines.append(f"{body_indent}acc{lane} = {self.combine(red, f'acc{lane}', self.names[b])};")
+            self.lines.append(f"{indent}}}")
+            for e in scoped:  # defined inside the loop: out of scope after it
+                del self.names[e]
+        for _ in outer:
             indent = indent[:-2]
             self.lines.append(f"{indent}}}")
-        for e in scoped:  # defined inside the loop: out of scope after it
+
+    def group_reduce(self) -> None:
+        """The reduce split across the work-group: strided partial loops, then a tree in local memory."""
+        red = self.kernel.reduce
+        assert red is not None
+        g, it, t = self.variant.group, self.itype, COMPUTE[red.dtype]
+        flat, sub = flat_reduce(red.vars)
+        self.vars[flat] = "ri"
+        (body,) = rewrite([red.body], sub)
+        inner = dependent([body], {flat}) | {body}
+        self.emit([body], "  ", only=set(schedule([body])) - inner)
+        self.lines.append(f"  {t} acc0 = {self.init(red)};")
+        indent = self.loop(flat, "  ", start="lid", step=g)
+        scoped = self.emit([body], indent, only=inner)
+        self.lines.append(f"{indent}acc0 = {self.combine(red, 'acc0', self.names[body])};")
+        self.lines.append("  }")
+        for e in scoped:
             del self.names[e]
+        part = "int" if red.dtype == DType.BOOL else t
+        self.lines += [
+            f"  __local {part} zx_part[{g}];",
+            "  zx_part[lid] = acc0;",
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            f"  for ({it} s = {g // 2}; s > 0; s >>= 1) {{",
+            f"    if (lid < s) zx_part[lid] = {self.combine(red, 'zx_part[lid]', 'zx_part[lid + s]')};",
+            "    barrier(CLK_LOCAL_MEM_FENCE);",
+            "  }",
+            "  if (lid != 0) return;",
+            "  acc0 = zx_part[0];",
+        ]
 
     def parts(self) -> tuple[list[str], str]:
         """The preamble lines (pragmas, helper functions) and the kernel function."""
         k = self.kernel
         assert len(k.vars) == len(k.shape), (k.vars, k.shape)
         check(k)
-        self.lines.append(f"  if (get_global_id(0) >= {k.numel}) return;")
-        if k.numel > 0:
-            self.body()
+        self.body()
         params = [f"__global const {STORAGE[b.dtype]}* in{i}" for i, b in enumerate(k.inputs)]
         params += [f"__global {STORAGE[b.dtype]}* out{i}" for i, b in enumerate(k.output_types)]
         head = [f"#pragma OPENCL EXTENSION {x} : enable\n" for x in sorted(extensions(k))]
         head += [f"{h}\n" for h in self.helpers.values()]
         attr = f"__attribute__((reqd_work_group_size({self.local_size}, 1, 1))) " if self.local_size else ""
-        signature = f"__kernel {attr}void {k.name}({', '.join(params)}) {{"
+        signature = f"__kernel {attr}void {function_name(k, self.variant)}({', '.join(params)}) {{"
         return head, "\n".join([signature, *self.lines, "}"]) + "\n"
 
-    def body(self) -> None:
-        """Global variables, the reduce loop, the outputs and their stores (for a non-empty shape)."""
-        k, it = self.kernel, self.itype
-        if any(v.size > 1 for v in k.vars):
-            self.lines.append(f"  const {it} gid = ({it})get_global_id(0);")
-        stride = k.numel
-        for i, v in enumerate(k.vars):
+    def decompose(self, index: str, vs: tuple[Var, ...]) -> None:
+        """Declare each variable of ``vs`` (size > 1) from the row-major flat ``index``."""
+        it = self.itype
+        stride = math.prod(v.size for v in vs)
+        for i, v in enumerate(vs):
             stride //= max(v.size, 1)
             if v.size <= 1:
                 continue
-            value = "gid" if stride == 1 else f"(gid / {stride})"
-            value = value if i == 0 or all(u.size <= 1 for u in k.vars[:i]) else f"{value} % {v.size}"
+            value = index if stride == 1 else f"({index} / {stride})"
+            value = value if all(u.size <= 1 for u in vs[:i]) else f"{value} % {v.size}"
             self.lines.append(f"  const {it} {self.vars[v]} = {value};")
-        if k.reduce is not None:
-            self.reduce()
-        self.emit(list(k.outputs), "  ")
-        at = "gid" if any(v.size > 1 for v in k.vars) else "0"
-        for i, e in enumerate(k.outputs):
-            value = self.names[e]
-            if e.dtype == DType.F16:
-                self.lines.append(f"  vstore_half_rte({value}, {at}, out{i});")
-            elif e.dtype == DType.BOOL:
-                self.lines.append(f"  out{i}[{at}] = (uchar){value};")
-            else:
-                self.lines.append(f"  out{i}[{at}] = {value};")
+
+    def body(self) -> None:
+        """Work item -> lanes (or work-group -> point), the reduce, the outputs and their stores."""
+        k, it = self.kernel, self.itype
+        if self.variant.group > 1:
+            if k.numel == 0:
+                return
+            self.lines.append(f"  const {it} grp = ({it})get_group_id(0);")
+            self.lines.append(f"  const {it} lid = ({it})get_local_id(0);")
+            self.decompose("grp", k.vars)
+            self.group_reduce()
+            plan = lanes(k, 1, 1)
+        else:
+            plan = lanes(k, self.variant.upcast, self.variant.tile)
+            self.lines.append(f"  if (get_global_id(0) >= {plan.numel}) return;")
+            if k.numel == 0:
+                return
+            for u, v in zip(plan.outer, k.vars):
+                self.vars[u] = self.vars[v]
+            if any(v.size > 1 for v in plan.outer):
+                self.lines.append(f"  const {it} gid = ({it})get_global_id(0);")
+            self.decompose("gid", plan.outer)
+            if k.reduce is not None:
+                self.reduce([rewrite([k.reduce.body], lane.subst)[0] for lane in plan.lanes])
+        outputs = [rewrite(list(k.outputs), lane.subst, LaneAcc(i, k.reduce.dtype) if k.reduce else None)
+                   for i, lane in enumerate(plan.lanes)]
+        for i in range(len(plan.lanes)):
+            self.names[LaneAcc(i, k.reduce.dtype if k.reduce else None)] = f"acc{i}"
+        self.emit([e for outs in outputs for e in outs], "  ")
+        for o, e in enumerate(k.outputs):
+            self.store(o, e.dtype, [(lane, outs[o]) for lane, outs in zip(plan.lanes, outputs)])
+
+    def store(self, o: int, dtype: DType, values: list) -> None:
+        """Store output ``o``'s value of every lane: vector stores for contiguous unguarded lanes."""
+        k, buf = self.kernel, f"out{o}"
+        items = []
+        for lane, e in values:
+            index = flatten([lane.subst.get(v, var(v)) for v in k.vars], k.shape)
+            items.append(((bool(lane.guards), id(lane) if lane.guards else 0), index, (lane, self.names[e])))
+        for base, run in _runs(items):
+            if len(run) > 1 and dtype != DType.BOOL:
+                vec = f"({COMPUTE[dtype]}{len(run)})({', '.join(name for _, name in run)})"
+                fn = f"vstore_half{len(run)}_rte" if dtype == DType.F16 else f"vstore{len(run)}"
+                self.lines.append(f"  {fn}({vec}, 0, {buf} + ({self.index(base)}));")
+                continue
+            for m, (lane, name) in enumerate(run):
+                at = self.index(Idx(base.terms, base.const + m))
+                guard = f"if ({self.bounds(lane.guards)}) " if lane.guards else ""
+                if dtype == DType.F16:
+                    self.lines.append(f"  {guard}vstore_half_rte({name}, {at}, {buf});")
+                elif dtype == DType.BOOL:
+                    self.lines.append(f"  {guard}{buf}[{at}] = (uchar){name};")
+                else:
+                    self.lines.append(f"  {guard}{buf}[{at}] = {name};")
+
+
+_VECTOR = (DType.F32, DType.F64, DType.I32, DType.I64, DType.F16)
+"""Dtypes read by ``vloadN`` (half through ``vload_halfN``, as float)."""
+
+
+def _runs(items: list) -> list[tuple[Idx, list]]:
+    """Group ``(key, index, payload)`` items with equal key and index terms into runs of consecutive constants.
+
+    Runs are cut into pieces of 16, 8, 4, 2 or 1; returns ``(index of the first, payloads)`` per piece.
+    """
+    groups: dict[tuple, list[tuple[int, object]]] = {}
+    for key, index, payload in items:
+        groups.setdefault((key, index.terms), []).append((index.const, payload))
+    out = []
+    for (_, terms), members in groups.items():
+        members.sort(key=lambda m: m[0])
+        i = 0
+        while i < len(members):
+            j = i
+            while j + 1 < len(members) and members[j + 1][0] == members[j][0] + 1:
+                j += 1
+            while i <= j:
+                n = next(w for w in (16, 8, 4, 2, 1) if w <= j - i + 1)
+                out.append((Idx(terms, members[i][0]), [p for _, p in members[i : i + n]]))
+                i += n
+    return out

@@ -1,0 +1,23 @@
+"""Autotuning: variant search per (kernel, device), verification, timing, a cost model, a disk cache."""
+
+from __future__ import annotations
+
+from engine.tuning.cache import CacheWarning, TuneCache
+from engine.tuning.model import predict, suggest
+from engine.tuning.search import FAILED, OK, WRONG, Budget, Progress, Trial, Tuner, TuneResult, tune
+
+__all__ = [
+    "FAILED",
+    "OK",
+    "WRONG",
+    "Budget",
+    "CacheWarning",
+    "Progress",
+    "Trial",
+    "TuneCache",
+    "TuneResult",
+    "Tuner",
+    "predict",
+    "suggest",
+    "tune",
+]

@@ -1,0 +1,119 @@
+"""Running one variant of a kernel on a device: verification against the numpy evaluator, then timing.
+
+Verification inputs are chosen so that float sums are exact in any order
+(multiples of 1/4 in [-4, 4]): a variant that reorders a reduce (unroll keeps
+the order, a group reduce does not) still matches the reference bit for bit,
+so the dtype's tolerance stays tight.  Output buffers start as a value that
+differs from the reference everywhere, so a variant that skips stores fails.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine.devices.base import Compiled, Device
+from engine.devices.evaluate import evaluate
+from engine.kernel.ir import Kernel, schedule
+from engine.program.dtypes import DType
+
+
+def sample_inputs(kernel: Kernel, seed: int = 0) -> list[np.ndarray]:
+    """Random inputs for ``kernel``: floats are multiples of 1/4 in [-4, 4], ints in [-100, 100), bools."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for b in kernel.inputs:
+        if b.dtype == DType.BOOL:
+            out.append(rng.random(b.shape) < 0.5)
+        elif b.dtype.is_int:
+            out.append(rng.integers(-100, 100, b.shape).astype(b.dtype.numpy))
+        else:
+            out.append((rng.integers(-16, 17, b.shape) / 4).astype(b.dtype.numpy))
+    return out
+
+
+def tolerance(kernel: Kernel) -> tuple[float, float]:
+    """(rtol, atol) of the loosest dtype ``kernel`` reads or computes in."""
+    dtypes = {b.dtype for b in kernel.inputs} | {e.dtype for e in schedule(kernel.exprs())}
+    return max(d.tolerance for d in dtypes)
+
+
+def poison(reference: np.ndarray) -> np.ndarray:
+    """An array differing from ``reference`` at every element (what outputs start as)."""
+    if reference.dtype == np.bool_:
+        return ~reference
+    if np.issubdtype(reference.dtype, np.integer):
+        return reference ^ 1
+    with np.errstate(all="ignore"):
+        finite = np.nan_to_num(reference.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+        return (finite + 1 + 2 * np.abs(finite)).astype(reference.dtype)
+
+
+def mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray], rtol: float, atol: float) -> str | None:
+    """Why ``got`` differs from ``want`` (NaNs must match), or None when every output agrees."""
+    for i, (g, w) in enumerate(zip(got, want)):
+        a, b = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        if a.shape != b.shape:
+            return f"out{i}: shape {a.shape}, expected {b.shape}"
+        same = np.isclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+        if not same.all():
+            bad = int(np.size(same) - np.count_nonzero(same))
+            at = np.unravel_index(int(np.argmin(same)), same.shape) if same.ndim else ()
+            return f"out{i}: {bad} of {same.size} elements differ, e.g. at {tuple(map(int, at))}: {a[at]} != {b[at]}"
+    return None
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Seconds of each timed launch (after a warm-up) and their median."""
+
+    times: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+
+class Bench:
+    """One kernel's inputs on one device, its reference outputs, and how to verify and time a compiled variant."""
+
+    def __init__(self, device: Device, kernel: Kernel, seed: int = 0) -> None:
+        self.device = device
+        self.kernel = kernel
+        self.arrays = sample_inputs(kernel, seed)
+        self.inputs = [device.upload(a) for a in self.arrays]
+        self._reference: list[np.ndarray] | None = None
+        self.rtol, self.atol = tolerance(kernel)
+
+    @property
+    def reference(self) -> list[np.ndarray]:
+        if self._reference is None:
+            self._reference = evaluate(self.kernel, self.arrays)
+        return self._reference
+
+    def verify(self, compiled: Compiled) -> tuple[str | None, list[Any]]:
+        """Launch once on poisoned outputs; returns (why it is wrong or None, the output handles)."""
+        outs = [self.device.upload(poison(r)) for r in self.reference]
+        self.device.launch(compiled, self.inputs, outs)
+        got = [self.device.download(h, b) for h, b in zip(outs, self.kernel.output_types)]
+        return mismatch(got, self.reference, self.rtol, self.atol), outs
+
+    def time(self, compiled: Compiled, outputs: list[Any], target: float = 0.05, repeats: tuple[int, int] = (3, 20)):
+        """Warm up, then time ``max(lo, min(hi, target / first))`` launches; returns a Timing."""
+        first = self.device.launch(compiled, self.inputs, outputs)  # warm-up (the verification run was the first)
+        lo, hi = repeats
+        n = max(lo, min(hi, math.ceil(target / max(first, 1e-7))))
+        return Timing(tuple(self.device.launch(compiled, self.inputs, outputs) for _ in range(n)))
+
+    def free(self, handles: list[Any]) -> None:
+        for h in handles:
+            self.device.free(h)
+
+    def close(self) -> None:
+        self.free(self.inputs)
+        self.inputs = []

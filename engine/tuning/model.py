@@ -1,0 +1,92 @@
+"""A cost model of variants: predicted seconds for untimed candidates (search order) and for runs without tuning.
+
+A roofline refined by what a variant changes: the number of work items (too
+few cannot fill the device: a reduce to one point on one work item runs on one
+lane), the load instructions a work item issues (lanes of an upcast or tile
+share loads; those that differ by a constant become one vector load), and a
+per-work-item overhead (index arithmetic).  It ranks candidates; it is not
+meant to be accurate.  Host devices (numpy, blas) use their own ``estimate``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.kernel.cost import work
+from engine.kernel.ir import Kernel, Load, schedule
+from engine.kernel.lanes import dependent, flat_reduce, lanes, rewrite, unroll
+from engine.kernel.opencl import launch_size
+
+_ITEM_OPS = 12
+"""Scalar ops of per-work-item overhead (index decomposition, bounds)."""
+
+
+def load_instructions(kernel: Kernel, variant: Variant) -> tuple[float, int]:
+    """(load instructions per work item, outputs per work item) of ``kernel`` in ``variant``."""
+    if variant.group > 1 and kernel.reduce is not None:
+        flat, sub = flat_reduce(kernel.reduce.vars)
+        (body,) = rewrite([kernel.reduce.body], sub)
+        inner = dependent([body], {flat})
+        loads = [e for e in schedule([body]) if isinstance(e, Load)]
+        per = sum(1 for e in loads if e in inner) * kernel.reduce.size / variant.group
+        return per + sum(1 for e in loads if e not in inner) + 1, 1
+    plan = lanes(kernel, variant.upcast, variant.tile)
+    outs = [e for lane in plan.lanes for e in rewrite(list(kernel.outputs), lane.subst)]
+    count = float(_vector_count([e for e in schedule(outs) if isinstance(e, Load)]))
+    red = kernel.reduce
+    if red is not None:
+        bodies = [rewrite([red.body], lane.subst)[0] for lane in plan.lanes]
+        if not red.vars:
+            return count + _vector_count([e for e in schedule(bodies) if isinstance(e, Load)]), len(plan.lanes)
+        *outer, last = red.vars
+        main, mains, rest, _ = unroll(last, variant.unroll)
+        steps = [b for s in mains for b in rewrite(bodies, s)]
+        inner = dependent(steps, {*outer, main})
+        loads = [e for e in schedule(steps) if isinstance(e, Load)]
+        outer_iters = math.prod(v.size for v in outer)
+        count += _vector_count([e for e in loads if e in inner]) * outer_iters * main.size
+        count += _vector_count([e for e in loads if e not in inner])
+        tail = dependent(bodies, set(red.vars))
+        count += _vector_count([e for e in schedule(bodies) if isinstance(e, Load) and e in tail]) * outer_iters * rest.size
+    return count, len(plan.lanes)
+
+
+def _vector_count(loads: list[Load]) -> float:
+    """Load instructions for ``loads``: consecutive ones of a buffer count as one vector load (up to 16)."""
+    groups: dict[tuple, set[int]] = {}
+    for e in loads:
+        groups.setdefault((e.input, e.index.terms, e.clamped), set()).add(e.index.const)
+    return sum(math.ceil(len(consts) / 4) for consts in groups.values())
+
+
+def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
+    """Predicted seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
+    nominal = getattr(device, "nominal", None)
+    if nominal is None or kernel.numel == 0:
+        return device.estimate(kernel)
+    gpu = bool(getattr(device, "is_gpu", False))
+    units = max(int(device.device.max_compute_units), 1)  # type: ignore[attr-defined]
+    items = max(launch_size(kernel, variant)[0], 1)
+    fill = min(1.0, items / (units * (2048 if gpu else 64)))
+    w = work(kernel)
+    loads, _ = load_instructions(kernel, variant)
+    itemsize = max((b.dtype.itemsize for b in kernel.inputs), default=4)
+    cache_bandwidth = nominal.bandwidth * (8 if gpu else 4)
+    ops = w.ops + items * _ITEM_OPS + (items * loads if variant.group > 1 else 0)
+    seconds = max(w.bytes / nominal.bandwidth, items * loads * itemsize / cache_bandwidth, ops / nominal.throughput)
+    if variant.local_size is not None and gpu and variant.local_size < 64:
+        seconds *= 64 / variant.local_size  # small work-groups leave SIMD lanes idle
+    return nominal.overhead + seconds / fill
+
+
+def suggest(kernel: Kernel, device: Device) -> Variant:
+    """The variant the cost model likes best among the seeds and their neighbours (for runs without tuning)."""
+    from engine.tuning.space import neighbours, seeds
+
+    if not hasattr(device, "variant_error"):
+        return DEFAULT_VARIANT
+    pool = seeds(kernel, bool(getattr(device, "is_gpu", False)))
+    pool += [n for v in list(pool) for n in neighbours(kernel, v)]
+    ok = [v for v in dict.fromkeys(pool) if device.variant_error(kernel, v) is None]  # type: ignore[attr-defined]
+    return min(ok, key=lambda v: (predict(kernel, device, v), v.tag), default=DEFAULT_VARIANT)

@@ -1,0 +1,270 @@
+"""Variant search per (kernel, device): seeds, then beam search over one-parameter actions, within a budget.
+
+Each round builds all of its candidates in one program (``compile_many``),
+then verifies each against the numpy evaluator and times it.  Wrong variants
+and those that fail to build are recorded with the reason, never chosen.
+Devices without variants (numpy, blas) time their one default variant.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.kernel.ir import Kernel
+from engine.tuning.cache import TuneCache
+from engine.tuning.measure import Bench
+from engine.tuning.model import predict
+from engine.tuning.space import neighbours, seeds
+
+OK, WRONG, FAILED = "ok", "wrong", "failed"
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Bounds of one kernel's search: variants timed (seeds included), seconds spent, beam width."""
+
+    variants: int = 24
+    seconds: float = 30.0
+    beam: int = 3
+    per_round: int = 8
+    """Candidates built (in one program) and timed per round."""
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One variant tried: ``ok`` (verified, timed), ``wrong`` (output differs) or ``failed`` (build or launch)."""
+
+    variant: Variant
+    status: str
+    seconds: float | None
+    """Median of the timed launches (``ok`` only)."""
+    predicted: float
+    reason: str = ""
+    times: tuple[float, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"variant": self.variant.to_json(), "status": self.status, "seconds": self.seconds,
+                "predicted": self.predicted, "reason": self.reason, "times": list(self.times)}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Trial:
+        return Trial(Variant.from_json(data["variant"]), str(data["status"]), data["seconds"],
+                     float(data["predicted"]), str(data.get("reason", "")), tuple(data.get("times", ())))
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """Every variant tried for one kernel on one device, and the best verified one."""
+
+    kernel: str
+    """``kernel.key``."""
+    device: str
+    trials: tuple[Trial, ...]
+    best: Variant
+    seconds: float
+    """The best variant's median time (its prediction when nothing verified)."""
+    elapsed: float
+    """Seconds the search took (0 for a cache hit)."""
+    cache: str = "off"
+    """``hit``, ``miss``, ``corrupt`` (read failed: rebuilt) or ``off``."""
+    cancelled: bool = False
+    ok: bool = True
+    """Whether some variant verified (if not, ``best`` is the default and ``seconds`` a prediction)."""
+
+    @property
+    def default(self) -> Trial | None:
+        return next((t for t in self.trials if t.variant == DEFAULT_VARIANT), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"best": self.best.to_json(), "seconds": self.seconds, "elapsed": self.elapsed, "ok": self.ok,
+                "trials": [t.to_json() for t in self.trials]}
+
+    @staticmethod
+    def from_json(kernel: str, device: str, data: dict[str, Any], cache: str) -> TuneResult:
+        return TuneResult(kernel, device, tuple(Trial.from_json(t) for t in data["trials"]),
+                          Variant.from_json(data["best"]), float(data["seconds"]), 0.0, cache, False,
+                          bool(data.get("ok", True)))
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Reported after each trial: ``done`` of at most ``total`` variants of kernel ``kernel`` on ``device``."""
+
+    kernel: str
+    device: str
+    done: int
+    total: int
+    trial: Trial
+
+
+ProgressFn = Callable[[Progress], None]
+CancelFn = Callable[[], bool]
+
+
+@dataclass
+class _Search:
+    kernel: Kernel
+    device: Device
+    budget: Budget
+    progress: ProgressFn | None
+    cancel: CancelFn | None
+    start: float = field(default_factory=time.perf_counter)
+    trials: dict[Variant, Trial] = field(default_factory=dict)
+    cancelled: bool = False
+
+    def stop(self) -> bool:
+        if self.cancel is not None and self.cancel():
+            self.cancelled = True
+        out_of_time = time.perf_counter() - self.start >= self.budget.seconds
+        return self.cancelled or out_of_time or len(self.trials) >= self.budget.variants
+
+    def run(self, bench: Bench, candidates: list[Variant]) -> None:
+        """Build ``candidates`` together, then verify and time each until the budget runs out."""
+        batch = getattr(self.device, "compile_many", None)
+        room = self.budget.variants - len(self.trials)
+        candidates = [v for v in candidates if v not in self.trials][: max(room, 0)]
+        if batch is not None and len(candidates) > 1 and not self.stop():
+            batch([(self.kernel, v) for v in candidates])
+        for v in candidates:
+            if self.stop():
+                return
+            self.trials[v] = trial = self.measure(bench, v)
+            if self.progress is not None:
+                self.progress(Progress(self.kernel.key, self.device.name, len(self.trials), self.budget.variants, trial))
+
+    def measure(self, bench: Bench, v: Variant) -> Trial:
+        predicted = predict(self.kernel, self.device, v)
+        try:
+            compiled = self.device.compile(self.kernel, v)
+        except Exception as e:  # a build error (with its log) or a variant the device refuses
+            return Trial(v, FAILED, None, predicted, _first_lines(str(e)))
+        outs: list[Any] = []
+        try:
+            wrong, outs = bench.verify(compiled)
+            if wrong is not None:
+                return Trial(v, WRONG, None, predicted, wrong)
+            timing = bench.time(compiled, outs)
+        except Exception as e:  # a launch error (out of resources, ...)
+            return Trial(v, FAILED, None, predicted, _first_lines(f"launch: {e}"))
+        finally:
+            bench.free(outs)
+        return Trial(v, OK, timing.median, predicted, times=timing.times)
+
+    def ranked(self) -> list[Trial]:
+        ok = [t for t in self.trials.values() if t.status == OK]
+        return sorted(ok, key=lambda t: t.seconds if t.seconds is not None else float("inf"))
+
+
+def _first_lines(text: str, n: int = 6) -> str:
+    return "\n".join(text.strip().splitlines()[:n])
+
+
+def tunable(device: Device) -> bool:
+    """Whether ``device`` has variants to search (OpenCL devices do; numpy and blas run one default)."""
+    return hasattr(device, "variant_error")
+
+
+def tune(
+    kernel: Kernel,
+    device: Device,
+    budget: Budget | int = Budget(),
+    cache: TuneCache | None = None,
+    progress: ProgressFn | None = None,
+    cancel: CancelFn | None = None,
+) -> TuneResult:
+    """Search variants of ``kernel`` on ``device``; ``budget`` may be a variant count.  Raises ValueError when the
+    device cannot run the kernel.  A cache hit returns the stored result; a cancelled search is not cached."""
+    if isinstance(budget, int):
+        budget = Budget(variants=budget)
+    if not device.supports(kernel):
+        raise ValueError(f"{device.name} cannot run {kernel.name}")
+    state = "off"
+    if cache is not None:
+        entry = cache.get(kernel, device)
+        state = "corrupt" if cache.status.get(device.name, "").startswith("corrupt") else "miss"
+        if entry is not None:
+            try:
+                return TuneResult.from_json(kernel.key, device.name, entry, "hit")
+            except (KeyError, TypeError, ValueError):
+                state = "corrupt"  # a malformed entry: tune again and overwrite it
+    search = _Search(kernel, device, budget, progress, cancel)
+    bench = Bench(device, kernel)
+    try:
+        if not tunable(device):
+            search.run(bench, [DEFAULT_VARIANT])
+        else:
+            gpu = bool(getattr(device, "is_gpu", False))
+            search.run(bench, seeds(kernel, gpu))
+            best = search.ranked()[:1]
+            while not search.stop():
+                beam = search.ranked()[: budget.beam]
+                fresh = {n for t in beam for n in neighbours(kernel, t.variant) if n not in search.trials}
+                if not fresh:
+                    break
+                order = sorted(fresh, key=lambda v: (predict(kernel, device, v), v.tag))
+                search.run(bench, order[: budget.per_round])
+                top = search.ranked()[:1]
+                if top == best:  # no round-over-round improvement: the beam has converged
+                    break
+                best = top
+    finally:
+        bench.close()
+    result = _result(kernel, device, search, state)
+    if cache is not None and not result.cancelled and result.trials:
+        cache.put(kernel, device, result.to_json())
+    return result
+
+
+def _result(kernel: Kernel, device: Device, search: _Search, state: str) -> TuneResult:
+    ranked = search.ranked()
+    elapsed = time.perf_counter() - search.start
+    trials = tuple(search.trials.values())
+    if ranked:
+        best = ranked[0]
+        assert best.seconds is not None
+        return TuneResult(kernel.key, device.name, trials, best.variant, best.seconds, elapsed, state, search.cancelled)
+    seconds = predict(kernel, device, DEFAULT_VARIANT)
+    return TuneResult(kernel.key, device.name, trials, DEFAULT_VARIANT, seconds, elapsed, state, search.cancelled, False)
+
+
+class Tuner:
+    """Tunes kernels on devices once per process (and once per machine, through the disk cache).
+
+    ``kernel_time`` is what an extractor asks for: the best verified variant's median seconds.
+    """
+
+    def __init__(
+        self,
+        cache_dir: Path | str | None = None,
+        budget: Budget | int = Budget(),
+        use_cache: bool = True,
+        progress: ProgressFn | None = None,
+        cancel: CancelFn | None = None,
+    ) -> None:
+        self.cache = TuneCache(cache_dir) if use_cache else None
+        self.budget = budget
+        self.progress = progress
+        self.cancel = cancel
+        self.results: dict[tuple[str, str], TuneResult] = {}
+
+    def tune(self, kernel: Kernel, device: Device) -> TuneResult:
+        k = (kernel.key, device.name)
+        if k not in self.results:
+            result = tune(kernel, device, self.budget, self.cache, self.progress, self.cancel)
+            if result.cancelled:
+                return result  # not remembered: a later call searches again
+            self.results[k] = result
+        return self.results[k]
+
+    def kernel_time(self, kernel: Kernel, device: Device) -> float:
+        return self.tune(kernel, device).seconds
+
+    def variant(self, kernel: Kernel, device: Device) -> Variant:
+        """The variant to launch ``kernel`` with on ``device`` (the default until tuned)."""
+        result = self.results.get((kernel.key, device.name))
+        return result.best if result is not None else DEFAULT_VARIANT

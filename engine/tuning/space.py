@@ -1,0 +1,80 @@
+"""The variant space of a kernel: parameter values, seeds worth timing first, and beam-search actions."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.kernel.ir import Kernel
+from engine.kernel.lanes import upcast_axes
+from engine.kernel.opencl import variant_error
+
+LOCAL_SIZES: tuple[int | None, ...] = (None, 16, 32, 64, 128, 256, 512, 1024)
+FACTORS = (1, 2, 4, 8)
+GROUPS = (0, 16, 32, 64, 128, 256, 512, 1024)
+SMALL_OUTPUT = 4096
+"""Kernels with at most this many output points and a long reduce get group-reduce seeds."""
+
+
+def valid(kernel: Kernel, v: Variant) -> bool:
+    """Whether ``v`` applies to ``kernel`` and is not wasteful (factors within their axis)."""
+    if variant_error(kernel, v) is not None:
+        return False
+    last, before = upcast_axes(kernel)
+    if (last is not None and v.upcast > last.size) or (before is not None and v.tile > before.size):
+        return False
+    red = kernel.reduce
+    if red is not None and red.vars and v.unroll > red.vars[-1].size:
+        return False
+    return not (red is not None and v.group > 1 and v.group > 2 * max(red.size, 1))
+
+
+def _step(values: tuple, current: object) -> list:
+    i = values.index(current) if current in values else 0
+    return [values[j] for j in (i - 1, i + 1) if 0 <= j < len(values)]
+
+
+def neighbours(kernel: Kernel, v: Variant) -> list[Variant]:
+    """Variants one action away: one parameter moved to an adjacent value, or the group reduce toggled."""
+    out: list[Variant] = []
+    if v.group > 1:
+        out += [replace(v, group=g) for g in _step(GROUPS, v.group) if g > 1]
+        out.append(DEFAULT_VARIANT)
+    else:
+        out += [replace(v, local_size=s) for s in _step(LOCAL_SIZES, v.local_size)]
+        out += [replace(v, upcast=f) for f in _step(FACTORS, v.upcast)]
+        out += [replace(v, tile=f) for f in _step(FACTORS, v.tile)]
+        out += [replace(v, unroll=f) for f in _step(FACTORS, v.unroll)]
+        if kernel.reduce is not None:
+            out.append(Variant(group=64))
+    return [n for n in dict.fromkeys(out) if n != v and valid(kernel, n)]
+
+
+def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
+    """The default and a few variants likely to be good for this kernel's shape (timed first)."""
+    red = kernel.reduce
+    local = 256 if gpu else None
+    out = [DEFAULT_VARIANT, Variant(local_size=local, upcast=4)]
+    if red is not None:
+        out.append(Variant(local_size=local, unroll=4))
+        if kernel.numel <= SMALL_OUTPUT and red.size >= 256:
+            out += [Variant(group=256), Variant(group=1024 if gpu else 64)]
+        _, before = upcast_axes(kernel)
+        if before is not None:
+            out += [Variant(local_size=local, upcast=4, tile=4), Variant(local_size=local, upcast=4, tile=2, unroll=2)]
+    elif gpu:
+        out.append(Variant(local_size=256))
+    return [v for v in dict.fromkeys(out) if valid(kernel, v)]
+
+
+def space(kernel: Kernel) -> list[Variant]:
+    """Every valid variant (for the cost model's exhaustive ranking)."""
+    out = [
+        Variant(local_size=s, upcast=u, tile=t, unroll=r)
+        for s in LOCAL_SIZES
+        for u in FACTORS
+        for t in FACTORS
+        for r in FACTORS
+    ]
+    out += [Variant(group=g) for g in GROUPS if g > 1]
+    return [v for v in out if valid(kernel, v)]
