@@ -1,0 +1,331 @@
+"""What the explorer shows, read from a Compilation (no Textual here): stage snapshots, table rows, pins.
+
+The compilation runs in a worker thread; the e-graph it grows is mutated by
+later stages, so the worker keeps a frozen copy (``EGraph.prefix``) of the
+e-graph stages (``egraph``, ``saturated``); from ``kernelized`` on, the e-graph
+no longer changes and is shown as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import math
+from collections import Counter
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+from engine import Program, pipeline
+from engine.egraph.egraph import ClassId, EGraph, NodeId
+from engine.extract import Choice, Extraction
+from engine.kernel.attach import KernelNode
+from engine.kernel.kernelize import Candidate
+from engine.pipeline import Compilation
+from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
+from zyx_explorer.widgets.line_table import Row
+
+STAGE_LABELS = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
+"""Stages shown in the stage bar; those the engine does not (yet) have are shown as absent."""
+KERNELIZED, PLAN = "kernelized", "plan"
+
+
+def stages() -> tuple[str, ...]:
+    """The engine's stages, in order (``tuned`` appears once the engine has it)."""
+    return tuple(pipeline.STAGES)
+
+
+def reached(stage: str, name: str) -> bool:
+    """Whether viewing ``stage`` shows what stage ``name`` made (False when either is unknown)."""
+    order = stages()
+    return stage in order and name in order and order.index(stage) >= order.index(name)
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "[" + ", ".join(map(str, shape)) + "]"
+
+
+def seconds_text(s: float | None) -> str:
+    if s is None:
+        return ""
+    if math.isinf(s):
+        return "inf"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale:
+            return f"{s / scale:.3g} {unit}"
+    return f"{s * 1e9:.3g} ns"
+
+
+def bytes_text(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError
+
+
+class PinError(ValueError):
+    """A pin that cannot be honoured (no kernel computes the pinned form)."""
+
+
+@dataclass
+class Session:
+    """A compilation as far as it got, its per-stage e-graph snapshots, and the user's pins."""
+
+    program: Program
+    compilation: Compilation | None = None
+    done: list[str] = field(default_factory=list)
+    graphs: dict[str, EGraph] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    pins: dict[ClassId, NodeId] = field(default_factory=dict)
+    whatif: Compilation | None = None
+    """The compilation re-extracted under ``pins`` (None when nothing is pinned)."""
+    failed: str | None = None
+    _iterations: dict[int, EGraph] = field(default_factory=dict)
+
+    def record(self, c: Compilation, seconds: float) -> None:
+        """Called in the worker thread right after stage ``c.stage``: keep what later stages will change."""
+        self.compilation = c
+        if c.stage == "egraph" and c.egraph is not None:
+            self.graphs["egraph"] = c.egraph.prefix(*c.lowered)
+        elif c.stage == "saturated" and c.egraph is not None:
+            self.graphs["saturated"] = c.egraph.prefix(c.egraph.num_added, len(c.egraph.unions))
+        self.seconds[c.stage] = seconds
+        self.done.append(c.stage)
+
+    # -- what a stage shows ----------------------------------------------------------------
+
+    def iterations(self) -> int:
+        c = self.compilation
+        return len(c.saturation.iterations) if c is not None and c.saturation is not None else 0
+
+    def egraph(self, stage: str, iteration: int | None = None) -> EGraph | None:
+        """The e-graph of ``stage`` (for ``saturated``, after ``iteration`` iterations when given)."""
+        c = self.compilation
+        if c is None or stage not in self.done or stage == "program":
+            return None
+        if stage == "saturated" and iteration is not None and c.saturation is not None and iteration < self.iterations():
+            if iteration not in self._iterations:
+                self._iterations[iteration] = c.saturation.snapshot(iteration)
+            return self._iterations[iteration]
+        return self.graphs.get(stage, c.egraph if reached(stage, KERNELIZED) else None)
+
+    def current(self) -> Compilation | None:
+        """The compilation whose extraction and plan are shown: the pinned what-if, or the real one."""
+        return self.whatif or self.compilation
+
+    def extraction(self, stage: str) -> Extraction | None:
+        c = self.current()
+        return c.extraction if c is not None and reached(stage, PLAN) else None
+
+    def plan(self, stage: str) -> ExecPlan | None:
+        c = self.current()
+        return c.plan if c is not None and reached(stage, PLAN) else None
+
+    def kernel_times(self, stage: str) -> Mapping[KernelNode, float]:
+        c = self.current()
+        return c.kernel_times if c is not None and reached(stage, KERNELIZED) else {}
+
+    def candidate(self, cand_id: str) -> Candidate | None:
+        c = self.compilation
+        return c.kernelization.candidates.get(cand_id) if c is not None and c.kernelization is not None else None
+
+    # -- pins ------------------------------------------------------------------------------
+
+    def pin(self, cid: ClassId, node: NodeId) -> tuple[float, float]:
+        """Pin form ``node`` of class ``cid`` and re-extract; returns (predicted seconds before, after)."""
+        before = self._predicted()
+        pins = {**self.pins, cid: node}
+        self.whatif = reextract(self._base(), pins)
+        self.pins = pins
+        return before, self._predicted()
+
+    def unpin(self, cid: ClassId) -> tuple[float, float]:
+        before = self._predicted()
+        pins = {k: v for k, v in self.pins.items() if k != cid}
+        self.whatif = reextract(self._base(), pins) if pins else None
+        self.pins = pins
+        return before, self._predicted()
+
+    def _base(self) -> Compilation:
+        c = self.compilation
+        if c is None or c.kernelization is None or c.plan is None:
+            raise PinError("pins need the plan stage: wait for the compilation")
+        return c
+
+    def _predicted(self) -> float:
+        c = self.current()
+        return c.plan.predicted if c is not None and c.plan is not None else math.nan
+
+
+def pinned_times(c: Compilation, pins: Mapping[ClassId, NodeId]) -> dict[KernelNode, float]:
+    """``c.kernel_times`` with every kernel of a pinned class that does not compute the pinned form set to +inf."""
+    assert c.egraph is not None and c.kernelization is not None
+    eg, times = c.egraph, dict(c.kernel_times)
+    for cid, n in pins.items():
+        op, param, _ = eg.node(n)
+        kernels = [eg.node(m).param for m in eg.eclass(cid).nodes if eg.node(m).op == "kernel"]
+        if op == "kernel":
+            keep = {param}
+        elif op in ("leaf", "to_device"):
+            raise PinError(f"n{n} is a {op}: pin a kernel or a structural form")
+        else:
+            keep = {k for k in kernels if c.kernelization.candidates[k.candidate].root == n}  # type: ignore[union-attr]
+        if not keep:
+            raise PinError(f"no kernel computes n{n} {eg.describe(n)}: nothing to pin")
+        for k in kernels:
+            if k not in keep:
+                times[k] = math.inf  # type: ignore[index]
+    return times
+
+
+def reextract(c: Compilation, pins: Mapping[ClassId, NodeId]) -> Compilation:
+    """A copy of ``c`` re-extracted with ``pins`` (by the engine's pins if it has them, else by kernel times)."""
+    params = inspect.signature(pipeline.extract).parameters
+    if "pins" in params:  # the engine's own pins
+        copy = dataclasses.replace(c, extraction=None, plan=None, execution=None, verification=None)
+        pipeline.extract(copy, pins=dict(pins))  # type: ignore[call-arg]
+        return copy
+    copy = dataclasses.replace(c, kernel_times=pinned_times(c, pins), extraction=None, plan=None,
+                               execution=None, verification=None)
+    pipeline.extract(copy)
+    return copy
+
+
+# -- rows ---------------------------------------------------------------------------------
+
+
+def chosen_by_class(extraction: Extraction | None) -> dict[ClassId, Choice]:
+    """The producing choice of each extracted class (a kernel or leaf over a copy)."""
+    out: dict[ClassId, Choice] = {}
+    if extraction is None:
+        return out
+    for (cid, _pool), choice in sorted(extraction.choices.items(), key=lambda kv: (kv[1].source is not None, kv[0])):
+        out.setdefault(cid, choice)
+    return out
+
+
+def form_name(eg: EGraph, n: NodeId) -> str:
+    """A short name of a form: ``k_2a4ad3a2 on blas``, ``input x``, ``copy to host``, ``add``."""
+    op, param, _ = eg.node(n)
+    if op == "kernel":
+        return f"{param.candidate.split('@')[0]} on {param.device}"  # type: ignore[attr-defined]
+    if op == "to_device":
+        return f"copy {param}"
+    if op == "leaf":
+        return f"input {param}"
+    return eg.describe(n).split("(")[0]
+
+
+def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, NodeId] = {}) -> list[Row]:
+    """One row per class: id, shape, dtype, forms, ops, chosen form, cost."""
+    chosen = chosen_by_class(extraction)
+    outputs = set(eg.output_classes().values())
+    rows = []
+    for cls in eg.classes():
+        ops: Counter[str] = Counter()
+        devices: set[str] = set()
+        for n in cls.nodes:
+            op, param, _ = eg.node(n)
+            ops[op] += 1
+            if op == "kernel":
+                devices.add(param.device)  # type: ignore[attr-defined]
+        ops_text = " ".join(op if k == 1 else f"{op}×{k}" for op, k in ops.items())
+        choice = chosen.get(cls.id)
+        chosen_text = ("📌 " if cls.id in pins else "") + (form_name(eg, choice.node) if choice else "")
+        cost = choice.cost if choice else math.inf
+        cells = (f"c{cls.id}", shape_text(cls.shape), str(cls.dtype), str(len(cls.nodes)), ops_text, chosen_text,
+                 seconds_text(choice.cost) if choice else "")
+        rows.append(Row(cls.id, cells, "bold" if cls.id in outputs else "",
+                        (cls.id, cls.numel, str(cls.dtype), -len(cls.nodes), ops_text, chosen_text, cost),
+                        search=f"c{cls.id} {cells[1]} {cells[2]} {ops_text} {' '.join(devices)} {chosen_text}"))
+    rows.sort(key=lambda r: r.key)
+    return rows
+
+
+def step_class(step: Allocate | Copy | Launch | Free) -> ClassId:
+    """The class a plan step makes, copies, computes or frees."""
+    if isinstance(step, Copy):
+        return step.target[0]
+    if isinstance(step, Launch):
+        return step.outputs[0][0]
+    return step.value[0]
+
+
+def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
+    rows = []
+    for i, step in enumerate(plan.steps):
+        kind = type(step).__name__
+        if isinstance(step, Launch):
+            what = f"{step.kernel.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
+            where, predicted, nbytes = step.device, step.predicted, sum(b.nbytes for b in step.kernel.output_types)
+        elif isinstance(step, Copy):
+            what = f"c{step.source[0]}: {step.source[1]} -> {step.target[1]}"
+            where, predicted, nbytes = step.target[1], step.predicted, step.buffer.nbytes
+        else:
+            what = f"c{step.value[0]} {step.buffer}" + (f" = input {step.input}" if isinstance(step, Allocate)
+                                                        and step.input else "")
+            where, predicted, nbytes = step.value[1], None, step.buffer.nbytes
+        took = measured[i] if measured is not None and i < len(measured) and kind in ("Launch", "Copy") else None
+        style = {"Launch": "", "Copy": "cyan", "Allocate": "dim", "Free": "dim"}[kind]
+        rows.append(Row(i, (str(i), kind, what, where, bytes_text(nbytes), seconds_text(predicted),
+                            seconds_text(took)), style))
+    return rows
+
+
+def rewrite_rows(eg: EGraph, c: Compilation, upto: int | None = None) -> list[Row]:
+    """Every application of the rewrite log (up to iteration ``upto``): iteration, rule, node, result, merge."""
+    rows: list[Row] = []
+    if c.saturation is None:
+        return rows
+    for it in c.saturation.iterations[:upto]:
+        for j, a in enumerate(it.applications):
+            merged = f"c{a.merged[0]} + c{a.merged[1]}" if a.merged else "(new nodes)"
+            rows.append(Row((it.index, j), (str(it.index), a.rule, f"n{a.node} {eg.describe(a.node, raw=True)}",
+                                            f"n{a.result}", merged), "" if a.merged else "dim"))
+    return rows
+
+
+def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Extraction | None) -> list[Row]:
+    """Kernel x device: one row per candidate, the estimated/measured seconds on each device; best marked."""
+    kz, eg = c.kernelization, c.egraph
+    if kz is None or eg is None:
+        return []
+    by_cand: dict[str, dict[str, float]] = {}
+    for k, s in times.items():
+        by_cand.setdefault(k.candidate, {})[k.device] = s
+    chosen = {eg.node(ch.node).param for ch in (extraction.choices.values() if extraction else ())
+              if eg.node(ch.node).op == "kernel"}
+    chosen_cands = {(k.candidate, k.device) for k in chosen}  # type: ignore[union-attr]
+    rows = []
+    for cid, cand in kz.candidates.items():
+        row_times = by_cand.get(cid, {})
+        best = min(row_times.values(), default=math.inf)
+        cells = [cand.kernel.name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
+        for d in c.devices:
+            s = row_times.get(d.name)
+            mark = "*" if (cid, d.name) in chosen_cands else ("<" if s == best and s is not None else " ")
+            cells.append("—" if s is None else f"{seconds_text(s)} {mark}")
+        style = "bold" if any(cd == cid for cd, _ in chosen_cands) else ""
+        rows.append(Row(cid, tuple(cells), style, (cand.kernel.name, cand.output, cells[2],
+                                                   *(row_times.get(d.name, math.inf) for d in c.devices))))
+    return rows
+
+
+def result_summary(c: Compilation) -> dict[str, Hashable]:
+    """Headline numbers of a compilation."""
+    out: dict[str, Hashable] = {}
+    if c.egraph is not None:
+        out["e-graph"] = f"{c.egraph.num_classes} classes, {c.egraph.num_nodes} nodes"
+    if c.saturation is not None:
+        s = c.saturation
+        out["saturation"] = f"{s.stop.value} after {len(s.iterations)} iterations, {s.seconds:.3f} s"
+    if c.kernelization is not None:
+        out["kernels"] = f"{len(c.kernelization.candidates)} candidates, {len(c.kernel_times)} kernel nodes"
+    if c.plan is not None:
+        launches = len(c.plan.launches())
+        out["plan"] = (f"{len(c.plan.steps)} steps ({launches} launches), predicted {seconds_text(c.plan.predicted)}, "
+                       f"peak {bytes_text(c.plan.peak_bytes)}")
+    if c.execution is not None:
+        out["measured"] = seconds_text(c.execution.total)
+    return out

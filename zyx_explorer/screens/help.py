@@ -1,0 +1,51 @@
+"""The ``?`` help screen: what every key does."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+PANES = (
+    ("Stage bar", "every stage of the compilation; [ ] switch stage, , . scrub the saturation iterations"),
+    ("Classes", "every e-class of the stage; / filters (c12, add, [8, 32], blas, ~fuzzy), s sorts"),
+    ("Class detail", "the forms of the class (★ chosen, 📌 pinned); enter on → follows a child, backspace goes "
+                     "back; enter on a form explains it against the chosen (or marked, m) form"),
+    ("Costs", "kernel x device seconds (< best, * chosen); enter shows the kernel's source"),
+    ("Plan", "Allocate / Copy / Launch / Free steps; enter selects the step's class"),
+    ("Source", "the kernel IR and its OpenCL C"),
+    ("Rewrites", "the rewrite log; / filters by rule, enter jumps to the merged class"),
+    ("Results", "outputs, their statistics, and the verification against the reference"),
+)
+
+
+class HelpScreen(ModalScreen[None]):
+    """Keys and panes; escape, q or ? closes it."""
+
+    BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close", id="help-close")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll { width: 90%; height: 85%; border: thick $primary; background: $surface;
+                                  padding: 0 1; }
+    """
+
+    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.keys = bindings
+
+    def compose(self) -> ComposeResult:
+        keys = Table("key", "action", title="Keys", title_justify="left", box=None)
+        for key, description in self.keys:
+            keys.add_row(key, description)
+        panes = Table("pane", "what it shows", title="Panes", title_justify="left", box=None)
+        for pane, what in PANES:
+            panes.add_row(pane, what)
+        with VerticalScroll():
+            yield Static(keys, id="help-keys")
+            yield Static(panes)
+            yield Static("ctrl+p opens the command palette (every action, and themes).")

@@ -1,0 +1,203 @@
+"""The class detail: every form of the selected class, why one is chosen, links to children, explanations."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
+
+from engine.egraph import explain, format_explanation
+from engine.egraph.egraph import ClassId, EGraph, NodeId
+from engine.extract import Extraction
+from engine.kernel.attach import KernelNode
+from engine.kernel.kernelize import Kernelization
+from zyx_explorer.model import seconds_text, shape_text
+
+
+def form_cost(eg: EGraph, n: NodeId, extraction: Extraction | None, times: Mapping[KernelNode, float]) -> float | None:
+    """Tree cost of kernel node ``n``: its time plus its inputs' chosen costs (None when an input was not extracted)."""
+    op, param, children = eg.node(n)
+    if op != "kernel" or param not in times:
+        return None
+    own = times[param]  # type: ignore[index]
+    if extraction is None:
+        return own
+    pool = next((v[1] for v in extraction.choices if eg.node(extraction.choices[v].node).param == param), None)
+    inputs = []
+    for ch in children:
+        choice = next((extraction.choices[(ch, p)] for p in ([pool] if pool else []) + ["host"]
+                       if (ch, p) in extraction.choices), None)
+        if choice is None:
+            return None
+        inputs.append(choice.cost)
+    return own + sum(inputs)
+
+
+class ClassDetail(Vertical):
+    """Header (shape, chosen form and why), an option per form and per child class, and an explanation."""
+
+    class Follow(Message):
+        """Enter on a child link."""
+
+        def __init__(self, cid: ClassId) -> None:
+            super().__init__()
+            self.cid = cid
+
+    class FormHighlighted(Message):
+        def __init__(self, node: NodeId) -> None:
+            super().__init__()
+            self.node = node
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.egraph: EGraph | None = None
+        self.cid: ClassId | None = None
+        self.marked: NodeId | None = None
+        self.chosen: set[NodeId] = set()
+        self.explanation = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="detail-head")
+        yield OptionList(id="forms")
+        yield Static(id="explain")
+
+    @property
+    def forms(self) -> OptionList:
+        return self.query_one("#forms", OptionList)
+
+    def highlighted_form(self) -> NodeId | None:
+        option = self.forms.highlighted_option
+        if option is not None and option.id and option.id.startswith("form-"):
+            return int(option.id[5:])
+        return None
+
+    def clear(self, message: str) -> None:
+        self.egraph, self.cid = None, None
+        self.query_one("#detail-head", Static).update(Text(message, "dim"))
+        self.forms.clear_options()
+        self.query_one("#explain", Static).update("")
+
+    def show(self, eg: EGraph, cid: ClassId, extraction: Extraction | None, times: Mapping[KernelNode, float],
+             kz: Kernelization | None, pins: Mapping[ClassId, NodeId]) -> None:
+        """Render class ``cid`` of ``eg``."""
+        same = self.egraph is eg and self.cid == eg.find(cid)
+        keep = self.forms.highlighted if same else None
+        cid = eg.find(cid)
+        self.egraph, self.cid = eg, cid
+        if not same:
+            self.marked, self.explanation = None, ""
+        cls = eg.eclass(cid)
+        choices = {pool: ch for (c, pool), ch in extraction.choices.items() if c == cid} if extraction else {}
+        self.chosen = {ch.node for ch in choices.values()}
+        roots: dict[NodeId, list[str]] = {}
+        if kz is not None:
+            for cand_id in kz.by_class.get(cid, []):
+                roots.setdefault(kz.candidates[cand_id].root, []).append(kz.candidates[cand_id].kernel.name)
+        costs = {n: form_cost(eg, n, extraction, times) for n in cls.nodes}
+        head = Text()
+        head.append(f"c{cid}", "bold")
+        head.append(f" {shape_text(cls.shape)} {cls.dtype}, {len(cls.nodes)} forms")
+        if cls.splat is not None:
+            head.append(f", every element = {cls.splat}")
+        outputs = [name for name, c in eg.output_classes().items() if c == cid]
+        if outputs:
+            head.append(f", output {', '.join(outputs)}", "green")
+        head.append("\n")
+        head.append_text(self._why(eg, choices, costs))
+        self.query_one("#detail-head", Static).update(head)
+        options: list[Option | None] = []
+        for n in cls.nodes:
+            options.append(Option(self._form_text(eg, n, cid, costs, times, kz, roots, pins), id=f"form-{n}"))
+        children = dict.fromkeys(ch for n in cls.nodes for ch in eg.node(n).children if ch != cid)
+        if children:
+            options.append(None)
+        for ch in children:
+            child = eg.eclass(ch)
+            options.append(Option(Text.assemble(("→ ", "bold cyan"), (f"c{ch}", "underline cyan"),
+                                                f" {shape_text(child.shape)} {child.dtype}, {len(child.nodes)} forms"),
+                                  id=f"child-{ch}"))
+        self.forms.clear_options()
+        self.forms.add_options(options)
+        if keep is not None and keep < self.forms.option_count:
+            self.forms.highlighted = keep
+        elif self.forms.option_count:
+            self.forms.highlighted = 0
+        self.query_one("#explain", Static).update(self.explanation)
+
+    def _why(self, eg: EGraph, choices: Mapping, costs: Mapping[NodeId, float | None]) -> Text:
+        if not choices:
+            return Text("no extraction at this stage", "dim")
+        producing = [ch for ch in choices.values() if ch.source is None] or list(choices.values())
+        best = min(producing, key=lambda ch: ch.cost)
+        text = Text.assemble(("★ chosen ", "bold yellow"), f"n{best.node} {eg.describe(best.node).split('(')[0]}",
+                             f": tree cost {seconds_text(best.cost)}")
+        rivals = sorted((c, n) for n, c in costs.items() if c is not None and n != best.node)
+        if rivals:
+            cost, n = rivals[0]
+            text.append(f"; next best n{n} {eg.describe(n).split('(')[0]} {seconds_text(cost)}"
+                        f" (+{seconds_text(cost - best.cost)})", "dim" if cost >= best.cost else "red")
+        else:
+            text.append("; the only way to compute it", "dim")
+        return text
+
+    def _form_text(self, eg: EGraph, n: NodeId, cid: ClassId, costs, times, kz, roots, pins) -> Text:
+        op, param, _ = eg.node(n)
+        text = Text()
+        text.append("★ " if n in self.chosen else "  ", "bold yellow")
+        text.append("📌" if pins.get(cid) == n else "  ")
+        text.append("A " if n == self.marked else "  ", "bold magenta")
+        text.append(f"n{n} ", "dim")
+        text.append(eg.describe(n), "bold" if n in self.chosen else "")
+        if op == "kernel" and param in times:
+            cost = costs.get(n)
+            text.append(f"  {param.device} {seconds_text(times[param])}", "cyan")  # type: ignore[attr-defined]
+            if cost is not None and not math.isinf(cost):
+                text.append(f" (tree {seconds_text(cost)})", "dim")
+        elif kz is not None and kz.defaults.get(cid) == n:
+            text.append("  default inline form", "dim")
+        if n in roots:
+            text.append(f"  root of {', '.join(dict.fromkeys(roots[n]))}", "dim green")
+        return text
+
+    def explain_forms(self, a: NodeId, b: NodeId) -> str:
+        """Why forms ``a`` and ``b`` are equal, as text (shown below the forms)."""
+        assert self.egraph is not None
+        eg = self.egraph
+        if a == b:
+            text = f"n{a} is n{b}"
+        else:
+            steps = explain(eg, a, b)
+            text = f"why n{a} = n{b} ({len(steps)} steps):\n" + "\n".join(format_explanation(eg, steps))
+        self.explanation = text
+        self.query_one("#explain", Static).update(Text(text))
+        return text
+
+    @on(OptionList.OptionSelected, "#forms")
+    def _selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        oid = event.option.id or ""
+        if oid.startswith("child-"):
+            self.post_message(self.Follow(int(oid[6:])))
+        elif oid.startswith("form-") and self.cid is not None:
+            n = int(oid[5:])
+            other = self.marked if self.marked is not None else min(self.chosen, default=self.egraph.eclass(n).nodes[0])
+            self.explain_forms(other, n)
+
+    @on(OptionList.OptionHighlighted, "#forms")
+    def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        event.stop()
+        n = self.highlighted_form()
+        if n is not None:
+            self.post_message(self.FormHighlighted(n))
+
+    def mark(self) -> NodeId | None:
+        """Mark the highlighted form as the left side of the next explanation."""
+        self.marked = self.highlighted_form()
+        return self.marked

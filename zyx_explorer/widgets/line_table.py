@@ -1,0 +1,212 @@
+"""A virtualised table: a ScrollView that draws only the visible rows (``render_line``), for 100k-row panes."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.segment import Segment
+from rich.style import Style
+from textual import events
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    width: int
+    right: bool = False
+    """Right-justify (numbers)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    key: Hashable
+    cells: tuple[str, ...]
+    style: str = ""
+    sort: tuple = ()
+    """Sort values, one per column (defaults to the cells)."""
+    search: str = ""
+    """What ``/`` filters on (defaults to the cells)."""
+
+
+def matches(query: str, text: str) -> bool:
+    """Every whitespace-separated term of ``query`` is in ``text``; a ``~term`` matches its letters in order."""
+    text = text.lower()
+    for term in query.lower().split():
+        if term.startswith("~"):
+            it = iter(text)
+            if not all(ch in it for ch in term[1:]):
+                return False
+        elif term not in text:
+            return False
+    return True
+
+
+class LineTable(ScrollView, can_focus=True):
+    """Fixed columns, one line per row, a row cursor; sort by a column and filter by text."""
+
+    BINDINGS: ClassVar = [
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "jump(0)", "First", show=False),
+        Binding("end", "jump(-1)", "Last", show=False),
+        Binding("enter", "select", "Select", show=False),
+    ]
+    COMPONENT_CLASSES: ClassVar = {"line-table--header", "line-table--cursor"}
+    DEFAULT_CSS = """
+    LineTable { height: 1fr; }
+    LineTable > .line-table--header { text-style: bold; background: $panel; }
+    LineTable > .line-table--cursor { background: $accent 40%; }
+    LineTable:focus > .line-table--cursor { background: $accent; color: $text; }
+    """
+
+    cursor: reactive[int] = reactive(0, always_update=True)
+
+    class Highlighted(Message):
+        def __init__(self, table: LineTable, key: Hashable) -> None:
+            super().__init__()
+            self.table, self.key = table, key
+
+        @property
+        def control(self) -> LineTable:
+            return self.table
+
+    class Selected(Highlighted):
+        """Enter (or a double click) on a row."""
+
+    def __init__(self, columns: Sequence[Column], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.columns = list(columns)
+        self.rows: list[Row] = []
+        self.shown: list[Row] = []
+        self.query_text = ""
+        self.sort_column: int | None = None
+        self._styles: dict[str, Style] = {}
+
+    # -- data ------------------------------------------------------------------------------
+
+    def set_rows(self, rows: Sequence[Row], keep: Hashable | None = None) -> None:
+        """Replace the rows (keeping the cursor on ``keep``, or on the current key, when still shown)."""
+        keep = self.current_key if keep is None else keep
+        self.rows = list(rows)
+        self._refilter(keep)
+
+    def set_filter(self, text: str) -> None:
+        self.query_text = text
+        self._refilter(self.current_key)
+
+    def sort_by(self, column: int | None) -> None:
+        """Sort by ``column`` (None: the order rows were given in)."""
+        self.sort_column = column
+        self._refilter(self.current_key)
+
+    def _refilter(self, keep: Hashable | None) -> None:
+        rows = [r for r in self.rows if matches(self.query_text, r.search or " ".join(r.cells))] if self.query_text else self.rows
+        if self.sort_column is not None:
+            i = self.sort_column
+            rows = sorted(rows, key=lambda r: r.sort[i] if r.sort else r.cells[i])
+        self.shown = list(rows)
+        self.virtual_size = Size(self._line_width, len(self.shown) + 1)
+        index = next((i for i, r in enumerate(self.shown) if r.key == keep), 0) if keep is not None else 0
+        self.cursor = index
+        self.refresh()
+
+    @property
+    def _line_width(self) -> int:
+        return sum(c.width + 1 for c in self.columns)
+
+    @property
+    def current_key(self) -> Hashable | None:
+        return self.shown[self.cursor].key if 0 <= self.cursor < len(self.shown) else None
+
+    @property
+    def row_count(self) -> int:
+        return len(self.shown)
+
+    def move_to(self, key: Hashable) -> bool:
+        """Put the cursor on the row of ``key``; False if it is not shown."""
+        for i, row in enumerate(self.shown):
+            if row.key == key:
+                self.cursor = i
+                return True
+        return False
+
+    # -- cursor ----------------------------------------------------------------------------
+
+    def validate_cursor(self, value: int) -> int:
+        return max(0, min(value, len(self.shown) - 1)) if self.shown else 0
+
+    def watch_cursor(self, value: int) -> None:
+        body = max(1, self.size.height - 1)
+        top = round(self.scroll_y)
+        if value < top:
+            self.scroll_to(y=value, animate=False, immediate=True)
+        elif value >= top + body:
+            self.scroll_to(y=value - body + 1, animate=False, immediate=True)
+        self.refresh()
+        if self.shown:
+            self.post_message(self.Highlighted(self, self.shown[value].key))
+
+    def action_move(self, delta: int) -> None:
+        self.cursor += delta
+
+    def action_page(self, direction: int) -> None:
+        self.cursor += direction * max(1, self.size.height - 2)
+
+    def action_jump(self, index: int) -> None:
+        self.cursor = index if index >= 0 else len(self.shown) - 1
+
+    def action_select(self) -> None:
+        if self.shown:
+            self.post_message(self.Selected(self, self.shown[self.cursor].key))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y == 0:
+            return
+        index = round(self.scroll_y) + event.y - 1
+        if 0 <= index < len(self.shown):
+            self.cursor = index
+            if event.chain > 1:
+                self.action_select()
+
+    # -- drawing ---------------------------------------------------------------------------
+
+    def _style(self, spec: str) -> Style:
+        style = self._styles.get(spec)
+        if style is None:
+            style = self._styles[spec] = Style.parse(spec) if spec else Style()
+        return style
+
+    def _format(self, cells: Sequence[str]) -> str:
+        parts = []
+        for column, cell in zip(self.columns, cells):
+            text = cell if len(cell) <= column.width else cell[: column.width - 1] + "…"
+            parts.append(text.rjust(column.width) if column.right else text.ljust(column.width))
+        return " ".join(parts) + " "
+
+    def render_line(self, y: int) -> Strip:
+        width = self.size.width
+        scroll_x = round(self.scroll_x)
+        base = self.rich_style
+        if y == 0:
+            header = self._format([c.label for c in self.columns])
+            style = base + self.get_component_rich_style("line-table--header")
+            return Strip([Segment(header, style)]).crop(scroll_x, scroll_x + width).extend_cell_length(width, style)
+        index = round(self.scroll_y) + y - 1
+        if index >= len(self.shown):
+            return Strip.blank(width, base)
+        row = self.shown[index]
+        style = base + self._style(row.style)
+        if index == self.cursor:
+            style += self.get_component_rich_style("line-table--cursor")
+        strip = Strip([Segment(self._format(row.cells), style)])
+        return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width, style)

@@ -1,0 +1,54 @@
+"""The results pane: each output (shape, dtype, stats, first values), the verification, headline numbers."""
+
+from __future__ import annotations
+
+import numpy as np
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from engine.pipeline import Compilation
+from zyx_explorer.model import result_summary, shape_text
+
+
+def _stats(a: np.ndarray) -> tuple[str, str, str, str]:
+    if a.size == 0:
+        return ("", "", "", "")
+    f = np.asarray(a, np.float64)
+    return tuple(f"{x:.4g}" for x in (f.min(), f.max(), f.mean(), f.std()))  # type: ignore[return-value]
+
+
+class ResultsView(Static):
+    """Filled once the ``executed`` stage exists; before that, the numbers known so far."""
+
+    def show(self, c: Compilation | None) -> None:
+        if c is None:
+            self.update(Text("compiling…", "dim"))
+            return
+        parts: list = []
+        stats = Table.grid(padding=(0, 2))
+        stats.add_column(style="bold")
+        stats.add_column()
+        for key, value in result_summary(c).items():
+            stats.add_row(key, str(value))
+        parts += [Text("Compilation", "bold underline"), stats, Text("")]
+        if c.execution is None:
+            parts.append(Text("not executed yet (the executed stage is still to come)", "dim"))
+            self.update(Group(*parts))
+            return
+        outputs = Table("output", "shape", "dtype", "min", "max", "mean", "std", "first values",
+                        title="Outputs", title_justify="left")
+        for name, value in c.execution.outputs.items():
+            a = np.asarray(value)
+            first = ", ".join(f"{x:.4g}" for x in a.reshape(-1)[:4].astype(np.float64))
+            outputs.add_row(name, shape_text(a.shape), str(a.dtype), *_stats(a), first)
+        parts.append(outputs)
+        if c.verification is not None:
+            check = Table("output", "max error", "rtol", "atol", "verdict", title="Verification against the reference",
+                          title_justify="left")
+            for o in c.verification.outputs:
+                check.add_row(o.name, f"{o.max_error:.3g}", f"{o.rtol:g}", f"{o.atol:g}",
+                              Text("ok", "green") if o.ok else Text("WRONG", "bold red"))
+            parts.append(check)
+        self.update(Group(*parts))
