@@ -1,4 +1,4 @@
-"""The ``zyx-explore`` command: open the explorer, or validate a file with ``check``.
+"""The ``zyx-explore`` command: open the explorer, validate a file with ``check``, or ``export`` its stages.
 
 ``check --semantic`` also lowers the program to an e-graph, saturates it and
 checks that every form of every class computes the same values on random inputs.
@@ -54,7 +54,9 @@ def _main_parser() -> argparse.ArgumentParser:
         epilog=(
             "commands:\n"
             "  check FILE              validate FILE and print a summary (zyx-explore check --help)\n"
-            "  check --semantic FILE   also saturate its e-graph and check every rewrite numerically"
+            "  check --semantic FILE   also saturate its e-graph and check every rewrite numerically\n"
+            "  export FILE -o OUTDIR   write every stage as Graphviz (svg/png/pdf/dot) + report.html/.md "
+            "(zyx-explore export --help)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -278,6 +280,79 @@ def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_mat
     return items
 
 
+def _class_id(text: str) -> int:
+    try:
+        value = int(text.removeprefix("c"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a class id (like c12 or 12): {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a class id: {text!r}")
+    return value
+
+
+def _export_parser() -> argparse.ArgumentParser:
+    from engine.export import FORMATS, stage_names
+
+    parser = argparse.ArgumentParser(
+        prog="zyx-explore export",
+        description="Compile FILE for every device found and write each stage as a Graphviz graph (DOT, and SVG, "
+        "PNG or PDF through `dot`) plus report.html and report.md (plan, costs per device, rewrite statistics, "
+        "verification). Big graphs are cut to a readable size; each graph's label says what was cut and why.",
+    )
+    parser.add_argument("file", type=Path, help="the graph.json file")
+    parser.add_argument("--stage", default="all", choices=["all", *stage_names()], help="the stage to export")
+    parser.add_argument("--format", default="svg", choices=FORMATS, help="svg, png, pdf or dot (default svg)")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUTDIR", help="folder to write into")
+    parser.add_argument("--force", action="store_true", help="write into OUTDIR even if it is not empty")
+    parser.add_argument("--neighbourhood", type=_class_id, metavar="CLASS",
+                        help="only the classes within --depth edges of CLASS (e.g. c12)")
+    parser.add_argument("--depth", type=_at_least(0), default=None, metavar="N", help="neighbourhood depth (default 2)")
+    parser.add_argument("--plan-only", action="store_true", help="only what the chosen plan uses")
+    parser.add_argument("--collapse", action="store_true", help="draw a class with one form (a kernel) as one node")
+    return parser
+
+
+def _parse_export(argv: Sequence[str]) -> argparse.Namespace:
+    parser = _export_parser()
+    args = parser.parse_args(argv)
+    if args.depth is not None and args.neighbourhood is None:
+        parser.error("--depth needs --neighbourhood")
+    return args
+
+
+def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``export``: compile the file and write its stages and the report into the output folder."""
+    from engine.devices import discover
+    from engine.export import ExportOptions, export_all
+    from engine.pipeline import compile_program
+
+    out: Path = args.output
+    if out.exists() and not out.is_dir():
+        err.print(f"[bold red]error[/bold red]: {out} exists and is not a folder")
+        return EXIT_BAD_INPUT
+    if out.is_dir() and any(out.iterdir()) and not args.force:
+        err.print(f"[bold red]error[/bold red]: {out} is not empty; use --force to write into it")
+        return EXIT_BAD_INPUT
+    program = load(args.file)
+    with err.status("compiling (every device found)"):
+        compilation = compile_program(program, discover())
+    assert compilation.egraph is not None
+    if args.neighbourhood is not None and args.neighbourhood >= compilation.egraph.num_added:
+        err.print(f"[bold red]error[/bold red]: --neighbourhood c{args.neighbourhood}: no such class "
+                  f"(ids go up to c{compilation.egraph.num_added - 1})")
+        return EXIT_BAD_INPUT
+    options = ExportOptions(neighbourhood=args.neighbourhood, depth=2 if args.depth is None else args.depth,
+                            plan_only=args.plan_only, collapse=args.collapse)
+    stages = None if args.stage == "all" else [args.stage]
+    with err.status("rendering"):
+        result = export_all(compilation, stages, out, args.format, options, source=str(args.file))
+    for note in dict.fromkeys(result.notes):
+        err.print(f"[yellow]note[/yellow]: {note}")
+    console.print(f"[green]wrote[/green] {len(result.paths)} files to {out}: "
+                  + ", ".join(p.name for p in result.paths))
+    return 0
+
+
 def _explore(args: argparse.Namespace) -> int:
     path = args.file or default_file()
     program = load(path)  # load before the UI starts: a bad file exits 2 with its message
@@ -293,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv[:1] == ["check"]:
             return _check(_parse_check(argv[1:]), Console(highlight=False), err)
+        if argv[:1] == ["export"]:
+            return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         return _explore(_main_parser().parse_args(argv))
     except GraphError as e:
         err.print(f"[bold red]error[/bold red]: {e}", markup=True)

@@ -1,0 +1,57 @@
+"""export_stage / export_all: files written atomically, DOT kept without `dot`, the report's plan and verification."""
+
+from __future__ import annotations
+
+from engine.export import ExportOptions, export_all, export_stage
+from engine.plan import Launch
+from tests.export.helpers import compiled
+
+
+def test_export_stage_writes_dot_and_the_rendering(tmp_path):
+    c = compiled("mlp.small")
+    paths = export_stage(c, "plan", tmp_path, "svg", ExportOptions())
+    assert [p.name for p in paths] == ["plan.dot", "plan.svg"]
+    assert paths[1].read_text().lstrip().startswith("<?xml")
+    assert [p.name for p in export_stage(c, "saturated", tmp_path, "dot")] == ["saturated.dot"]
+    assert (tmp_path / "egraph.png").exists() is False
+    png = export_stage(c, "egraph", tmp_path, "png")[1]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_without_dot_the_dot_file_is_still_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    c = compiled("mlp.small")
+    result = export_all(c, ["program", "plan"], tmp_path / "out", "svg")
+    assert sorted(p.name for p in result.paths) == ["plan.dot", "program.dot", "report.html", "report.md"]
+    assert len(result.notes) == 1 and "`dot` not found" in result.notes[0] and "\n" not in result.notes[0]
+
+
+def test_report_has_the_plan_costs_rewrites_and_verification(tmp_path):
+    c = compiled("attention.small")
+    result = export_all(c, None, tmp_path, "svg", source="attention.small.json")
+    md = (tmp_path / "report.md").read_text()
+    page = (tmp_path / "report.html").read_text()
+    assert "| # | step | what | device / pool | bytes | predicted | measured |" in md
+    plan_rows = [line for line in md.splitlines() if line.startswith("| ") and line.split(" | ")[1:2] in
+                 (["allocate"], ["copy"], ["launch"], ["free"])]
+    assert len(plan_rows) == len(c.plan.steps)
+    for launch in (s for s in c.plan.steps if isinstance(s, Launch)):
+        assert launch.kernel.name in md and launch.kernel.name in page
+    assert "verification: ok" in md and "verification: ok" in page
+    assert all(o.name in md for o in c.verification.outputs)
+    assert "## Rewrites" in md and "stop: saturated" in md and "## Kernel cost per device" in md
+    svgs = [p for p in result.paths if p.suffix == ".svg"]
+    assert page.count("<svg") == len(svgs) >= 6 and "<?xml" not in page
+    assert all(f"]({p.name})" in md for p in svgs)
+
+
+def test_report_says_when_verification_did_not_run(tmp_path):
+    from engine.devices import NumpyDevice
+    from engine.pipeline import Options, compile_program
+
+    c = compile_program(compiled("mlp.small").program, [NumpyDevice()], Options(execute=False))
+    result = export_all(c, None, tmp_path, "dot")
+    md = (tmp_path / "report.md").read_text()
+    assert "verification: not run" in md and "## Plan" in md
+    assert any("executed" in n and "not reached" in n for n in result.notes)
