@@ -482,3 +482,107 @@ def test_device_names_unique():
     assert names[0] == "opencl:pthread-cpu (OpenCL 3.0 PoCL 3.1+debian Linux)" and names[2] == "opencl:gpu"
     assert names[3:] == ["opencl:H200 (CUDA 12) #1", "opencl:H200 (CUDA 12) #2"]
     assert len({d.name for d in DEVICES}) == len(DEVICES)
+
+
+# -- variants (upcast, tile, unroll, group reduce, vector loads) ---------------------------
+
+
+VARIANTS = [
+    Variant(local_size=16),
+    Variant(upcast=2),
+    Variant(upcast=4),
+    Variant(upcast=8, local_size=32),
+    Variant(upcast=4, tile=2),
+    Variant(upcast=4, tile=4, unroll=4),
+    Variant(upcast=3, tile=3, unroll=3),
+    Variant(unroll=2),
+    Variant(unroll=8),
+    Variant(tile=2, unroll=4),
+    Variant(group=16),
+    Variant(group=64),
+]
+
+
+def variant_kernels() -> dict[str, Kernel]:
+    """Small kernels covering each transform's edge: odd sizes, pads with clamped loads, f16, ints, rank 0."""
+    out: dict[str, Kernel] = {}
+    g0, g1 = gvars((7, 13))
+    x = Load(0, add(scale(var(g0), 13), var(g1)), 91, F32)
+    row = Load(1, var(g0), 7, F32)
+    ew = Op("exp2", (Op("mul", (Op("sub", (x, row), F32), const(0.5, F32)), F32),), F32)
+    out["elementwise_broadcast"] = Kernel((Buffer((7, 13), F32), Buffer((7, 1), F32)), (7, 13), (g0, g1), None,
+                                          (ew, Op("cmpgt", (x, row), BOOL)))
+    out["reduce_middle"] = reduce_kernel("sum", F32, (3, 17, 5), (1,))
+    out["reduce_max_rows"] = reduce_kernel("max", F32, (5, 37), (1,))
+    out["reduce_all_rank0"] = reduce_kernel("sum", F32, (4, 25), (0, 1), post=lambda acc: (Op("sqrt", (acc,), F32),))
+    out["f16_reduce"] = reduce_kernel("sum", F16, (6, 19), (1,), post=lambda acc: (acc, Op("cast", (acc,), F32)))
+    out["i32_sum_wraps"] = reduce_kernel("sum", I32, (9, 11), (1,))
+    out["i64_max"] = reduce_kernel("max", I64, (3, 5, 7), (0, 2))
+    out["bool_any"] = reduce_kernel("max", BOOL, (6, 10), (1,))
+    m, n, kk = 13, 10, 19
+    g0, g1 = gvars((m, n))
+    (r,) = gvars((kk,), "r")
+    a = Load(0, add(scale(var(g0), kk), var(r)), m * kk, F32)
+    b = Load(1, add(scale(var(r), n), var(g1)), kk * n, F32)
+    acc = Acc(F32)
+    outs = (acc, Op("relu", (acc,), F32), Op("cmpgt", (acc, const(0.0, F32)), BOOL))
+    out["matmul_odd"] = Kernel((Buffer((m, kk), F32), Buffer((kk, n), F32)), (m, n), (g0, g1),
+                               Reduce("sum", (r,), Op("mul", (a, b), F32)), outs)
+    g0, g1 = gvars((5, 1))
+    (r,) = gvars((37,), "r")
+    e = Op("exp2", (Op("sub", (Load(0, add(scale(var(g0), 37), var(r)), 185, F32), Load(1, var(g0), 5, F32)),
+                         F32),), F32)
+    out["softmax_rows"] = Kernel((Buffer((5, 37), F32), Buffer((5, 1), F32)), (5, 1), (g0, g1),
+                                 Reduce("sum", (r,), e), (Op("recip", (Acc(F32),), F32),))
+    (g,) = gvars((23,))
+    (r,) = gvars((5,), "r")
+    pos = add(var(g), var(r), lit(-2))  # a 1-D convolution over a zero-padded input: clamped loads
+    tap = Where((Bound(pos, 0, 23),), Load(0, pos, 23, F32), const(0.0, F32), F32)
+    conv = Op("mul", (tap, Load(1, var(r), 5, F32)), F32)
+    out["conv_pad_clamped"] = Kernel((Buffer((23,), F32), Buffer((5,), F32)), (23,), (g,), Reduce("sum", (r,), conv),
+                                     (Acc(F32),))
+    out["pad_movement"] = movement_kernel((5, 6), [("pad", (((-1, 2), (1, -3)), -7.0))])
+    out["permute_reshape"] = movement_kernel((2, 3, 4), MOVEMENTS["reshape_merge_permute"][1])
+    return out
+
+
+def test_every_variant_matches_the_evaluator(device):
+    """Every applicable variant of every kernel above, built in one program, against the numpy evaluator."""
+    kernels = variant_kernels()
+    items = [(k, v) for k in kernels.values() for v in [DEFAULT_VARIANT, *VARIANTS] if device.variant_error(k, v) is None]
+    assert {v.group > 1 for _, v in items} == {True, False} and len(items) > 8 * len(kernels)
+    from engine.tuning.measure import mismatch, tolerance
+
+    device.compile_many(items)
+    for name, k in kernels.items():
+        arrays = [sample(b.dtype, b.shape, seed=i) for i, b in enumerate(k.inputs)]
+        want = evaluate(k, arrays)
+        tried = [v for kk, v in items if kk is k]
+        assert len(tried) >= 4, (name, tried)
+        for v in tried:
+            got = run(device, k, *arrays, variant=v)
+            assert [g.dtype for g in got] == [w.dtype for w in want]
+            assert mismatch(got, want, *tolerance(k)) is None, f"{name} {v}: {mismatch(got, want, *tolerance(k))}"
+
+
+def test_variant_source_shapes():
+    """Upcast gives vector loads and stores and guards the lanes past an odd end; group uses local memory."""
+    k = variant_kernels()["matmul_odd"]
+    src = generate(k, Variant(upcast=4, tile=2, unroll=4))
+    assert "vload4(0, in1" in src and "vstore2" in src and "if ((4*g1 + 3 < 10))" in src
+    assert src.count("acc7 = ") > 4 and "_l0u4t2r4g0(" in src
+    src = generate(k, Variant(group=64))
+    assert "__local float zx_part[64]" in src and "reqd_work_group_size(64, 1, 1)" in src and "barrier" in src
+    assert generate(k).count("__kernel void k_") == 1 and "vload" not in generate(k)
+
+
+def test_invalid_variants(device):
+    from engine.kernel.opencl import InvalidVariantError, variant_error
+
+    ew = variant_kernels()["elementwise_broadcast"]
+    assert variant_error(ew, Variant(unroll=2)) and variant_error(ew, Variant(group=64))
+    assert variant_error(variant_kernels()["reduce_middle"], Variant(group=48))
+    with pytest.raises(InvalidVariantError):
+        generate(ew, Variant(group=64))
+    with pytest.raises(KernelBuildError, match="local size"):
+        device.compile(ew, Variant(local_size=1 << 20))

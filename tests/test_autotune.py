@@ -1,0 +1,177 @@
+"""The autotuner: verification of every variant, wrong and failing variants recorded, cache, budget, cancel, progress.
+
+Assertions are on correctness and structure only, never on speed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import sample_graphs
+from engine import load
+from engine.autotune import FAILED, OK, WRONG, Budget, CacheWarning, Tuner, TuneResult, predict, suggest, tune
+from engine.devices import LibraryDevice, NumpyDevice
+from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.devices.opencl import discover
+from engine.kernel import opencl as codegen
+from engine.kernel.index import Var, add, flatten, scale, var
+from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce
+from engine.pipeline import Options, compile_program
+from engine.program.dtypes import DType
+from engine.tuning.cache import TuneCache
+from engine.tuning.measure import poison
+
+F32 = DType.F32
+OPENCL = discover()
+
+
+@pytest.fixture(scope="module")
+def device():
+    if not OPENCL:
+        pytest.skip("no OpenCL platform found")
+    return OPENCL[0]
+
+
+def row_sum(rows: int = 4, cols: int = 600) -> Kernel:
+    """A long reduce to few outputs: group-reduce seeds apply."""
+    (g,), (r,) = (Var("g0", rows),), (Var("r0", cols),)
+    body = Load(0, add(scale(var(g), cols), var(r)), rows * cols, F32)
+    return Kernel((Buffer((rows, cols), F32),), (rows,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
+
+
+def matmul(m: int = 12, n: int = 20, k: int = 9) -> Kernel:
+    g0, g1, r = Var("g0", m), Var("g1", n), Var("r0", k)
+    a = Load(0, flatten([var(g0), var(r)], (m, k)), m * k, F32)
+    b = Load(1, flatten([var(r), var(g1)], (k, n)), k * n, F32)
+    return Kernel((Buffer((m, k), F32), Buffer((k, n), F32)), (m, n), (g0, g1),
+                  Reduce("sum", (r,), Op("mul", (a, b), F32)), (Acc(F32),))
+
+
+def test_tune_verifies_and_picks_a_verified_variant(device):
+    result = tune(matmul(), device, Budget(variants=10))
+    assert result.ok and 1 < len(result.trials) <= 10 and result.default is not None
+    assert all(t.status == OK and t.seconds is not None and len(t.times) >= 3 for t in result.trials)
+    best = min(result.trials, key=lambda t: t.seconds)
+    assert result.best == best.variant and result.seconds == best.seconds
+    assert len({t.variant for t in result.trials}) == len(result.trials)
+
+
+def test_wrong_and_failing_variants_are_recorded_never_chosen(device, monkeypatch):
+    init = codegen._Emitter.init
+
+    def buggy(self, red):  # group reduces start from 1 (wrong); unroll=4 does not compile
+        if self.variant.unroll == 4:
+            return "undefined_symbol_zx"
+        return "1.0f" if self.variant.group > 1 else init(self, red)
+
+    monkeypatch.setattr(codegen._Emitter, "init", buggy)
+    result = tune(row_sum(), device, Budget(variants=12))
+    by_status = {s: [t for t in result.trials if t.status == s] for s in (OK, WRONG, FAILED)}
+    assert by_status[WRONG] and all(t.variant.group > 1 and "differ" in t.reason for t in by_status[WRONG])
+    assert by_status[FAILED] and all(t.variant.unroll == 4 and t.reason for t in by_status[FAILED])
+    assert result.ok and result.best.group == 0 and result.best.unroll != 4
+    assert result.best in {t.variant for t in by_status[OK]}
+
+
+def test_sample_kernels_tune_and_verify(device):
+    """The kernels of small samples (softmax rows, layernorm, matmul): every variant tried verifies."""
+    tuner = Tuner(use_cache=False, budget=Budget(variants=6, per_round=6))
+    for name in ("softmax.small", "matmul.small"):
+        plan = compile_program(load(sample_graphs.path(name)), [device], Options(execute=False)).plan
+        for launch in plan.launches():
+            result = tuner.tune(launch.kernel, device)
+            assert all(t.status == OK for t in result.trials), [(t.variant, t.reason) for t in result.trials]
+            assert tuner.kernel_time(launch.kernel, device) == result.seconds > 0
+            assert tuner.variant(launch.kernel, device) == result.best
+
+
+def test_cache_round_trip(device, tmp_path):
+    k = row_sum()
+    first = Tuner(cache_dir=tmp_path, budget=4).tune(k, device)
+    assert first.cache == "miss"
+    files = list(tmp_path.iterdir())
+    assert len(files) == 1 and files[0].suffix == ".json"
+    data = json.loads(files[0].read_text())
+    assert data["format"] == 1 and any(key.startswith(k.key) for key in data["entries"])
+    builds = device.builds
+    again = Tuner(cache_dir=tmp_path).tune(k, device)
+    assert again.cache == "hit" and device.builds == builds
+    assert again.best == first.best and again.seconds == first.seconds and again.trials == first.trials
+    other = Tuner(cache_dir=tmp_path, budget=2).tune(matmul(), device)  # a second entry merges into the file
+    assert other.cache == "miss" and len(json.loads(files[0].read_text())["entries"]) == 2
+
+
+def test_corrupt_cache_is_reported_and_rebuilt(device, tmp_path):
+    path = TuneCache(tmp_path).path(device)
+    path.write_text("{not json")
+    with pytest.warns(CacheWarning, match="corrupt"):
+        result = Tuner(cache_dir=tmp_path, budget=2).tune(row_sum(), device)
+    assert result.cache == "corrupt" and result.ok
+    assert json.loads(path.read_text())["format"] == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Tuner(cache_dir=tmp_path).tune(row_sum(), device).cache == "hit"
+
+
+def test_cache_write_is_atomic(device, tmp_path, monkeypatch):
+    cache = TuneCache(tmp_path)
+    k = row_sum()
+    cache.put(k, device, {"x": 1})
+    before = cache.path(device).read_text()
+
+    def crash(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr("engine.tuning.cache.os.replace", crash)
+    with pytest.raises(OSError, match="disk full"):
+        cache.put(matmul(), device, {"y": 2})
+    assert cache.path(device).read_text() == before  # the old file is intact
+    assert [p.name for p in tmp_path.iterdir()] == [cache.path(device).name]  # no temp file left
+
+
+def test_budget_cancel_progress(device):
+    events = []
+    result = tune(matmul(), device, Budget(variants=3), progress=events.append)
+    assert len(result.trials) == 3 and [e.done for e in events] == [1, 2, 3]
+    assert all(e.total == 3 and e.kernel == matmul().key and e.trial in result.trials for e in events)
+    assert len(tune(matmul(), device, Budget(seconds=0.0)).trials) == 0
+
+    calls = []
+    result = tune(matmul(), device, Budget(variants=20), progress=calls.append, cancel=lambda: len(calls) >= 2)
+    assert result.cancelled and len(result.trials) == 2
+
+
+def test_cancelled_result_is_not_cached(device, tmp_path):
+    tuner = Tuner(cache_dir=tmp_path, cancel=lambda: True)
+    assert tuner.tune(row_sum(), device).cancelled and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("host", [NumpyDevice(), LibraryDevice()], ids=["numpy", "blas"])
+def test_host_devices_time_the_default_variant(host):
+    result = tune(matmul(), host)
+    assert [t.variant for t in result.trials] == [DEFAULT_VARIANT] and result.trials[0].status == OK
+    assert result.best == DEFAULT_VARIANT and result.seconds > 0
+
+
+def test_cost_model(device):
+    k = row_sum(rows=2, cols=1 << 16)
+    default = predict(k, device, DEFAULT_VARIANT)
+    assert 0 < predict(k, device, Variant(group=256)) < default  # one work item per row cannot fill a device
+    v = suggest(k, device)
+    assert device.variant_error(k, v) is None and predict(k, device, v) <= default
+    assert predict(matmul(), NumpyDevice()) == NumpyDevice().estimate(matmul())
+    assert math.isfinite(predict(matmul(), device, Variant(upcast=4, tile=4, unroll=2)))
+
+
+def test_result_json_and_poison():
+    result = TuneResult("k", "d", (), Variant(upcast=2), 1.0, 0.5)
+    assert TuneResult.from_json("k", "d", result.to_json(), "hit").best == Variant(upcast=2)
+    for ref in (np.array([0.0, np.nan, np.inf, -3.5], np.float32), np.array([1, -2], np.int64), np.array([True])):
+        assert not np.any(poison(ref) == ref)
+    with pytest.raises(ValueError):
+        Variant.from_json({"upcast": 2, "bogus": 1})
