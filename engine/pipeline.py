@@ -1,8 +1,14 @@
 """compile(): a Program through every stage, kept as a Compilation the explorer and exporters read.
 
     program -> egraph (lowered, hashconsed) -> saturated (rewrites) -> kernelized (kernel and
-    ToDevice nodes per device) -> plan (extraction + ExecPlan) -> executed (run, checked
-    against the reference interpreter)
+    ToDevice nodes per device, nominal times) -> tuned (kernels timed on their devices, or the
+    cost model's predictions with ``tune=False``) -> plan (extraction + ExecPlan) -> executed
+    (run, checked against the reference interpreter)
+
+Tuning follows the plan: every kernel gets the cost model's prediction, the plan is
+extracted, the kernels it uses are tuned (timed variants), and that repeats until the plan
+only uses timed kernels (or ``tune_rounds`` is spent), so candidates no plan would take
+are never built.
 """
 
 from __future__ import annotations
@@ -12,16 +18,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.devices.base import HOST, Device
-from engine.egraph import EGraph, Limits, Runner, Saturation, default_rules, from_program
-from engine.extract import Extraction, greedy
+from engine.devices.base import DEFAULT_VARIANT, HOST, Device, Variant
+from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
+from engine.extract import EXTRACTORS, Extraction, Pin
 from engine.kernel.attach import Attached, KernelNode, attach
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
 from engine.plan import ExecPlan, Execution, build_plan, execute
 from engine.program.program import Program
 from engine.program.reference import evaluate
+from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, predict, suggest
 
-STAGES = ("program", "egraph", "saturated", "kernelized", "plan", "executed")
+STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,19 @@ class Options:
     max_root_forms: int = MAX_ROOT_FORMS
     execute: bool = True
     """Run the plan and verify it (the ``executed`` stage)."""
+    tune: bool = True
+    """Time kernel variants on the devices; False: the cost model's predictions and suggested variants."""
+    tune_budget: Budget = field(default_factory=lambda: Budget(variants=12, seconds=10.0))
+    tune_rounds: int = 4
+    """Extract-then-tune rounds at most (each tunes the kernels the current plan uses)."""
+    tune_cache: bool = True
+    """Read and write the on-disk tuning cache (``ZYX_EXPLORE_CACHE`` or the user cache dir)."""
+    extractor: str = "dag"
+    """One of EXTRACTORS."""
+
+    def __post_init__(self) -> None:
+        if self.extractor not in EXTRACTORS:
+            raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, not {self.extractor!r}")
 
 
 @dataclass(frozen=True)
@@ -69,7 +89,12 @@ class Compilation:
     kernelization: Kernelization | None = None
     attached: Attached | None = None
     kernel_times: Mapping[KernelNode, float] = field(default_factory=dict)
-    """Seconds of each kernel node: the devices' estimates (the autotuner replaces them with timings)."""
+    """Seconds of each kernel node: nominal estimates, then predictions and measured times (``tuned``)."""
+    variants: dict[KernelNode, Variant] = field(default_factory=dict)
+    """The variant each kernel node launches with (tuned or suggested; the default when absent)."""
+    tuning: dict[KernelNode, TuneResult] = field(default_factory=dict)
+    """The tuning result of every kernel node that was timed."""
+    extractor: str = "dag"
     extraction: Extraction | None = None
     plan: ExecPlan | None = None
     execution: Execution | None = None
@@ -78,6 +103,13 @@ class Compilation:
     def done(self, stage: str) -> bool:
         """Whether ``stage`` (one of STAGES) is available."""
         return STAGES.index(stage) <= STAGES.index(self.stage)
+
+    def plan_kernels(self) -> list[KernelNode]:
+        """The kernel nodes the extraction chose, inputs before their users."""
+        assert self.egraph is not None and self.extraction is not None
+        nodes = (self.extraction.choices[v].node for v in self.extraction.choices)
+        params = (self.egraph.node(n).param for n in nodes)
+        return list(dict.fromkeys(p for p in params if isinstance(p, KernelNode)))
 
     @property
     def device_pools(self) -> dict[str, str]:
@@ -100,8 +132,13 @@ def compile_program(program: Program, devices: Sequence[Device], options: Option
     return compilation
 
 
-def compile_stages(program: Program, devices: Sequence[Device], options: Options = Options()) -> Iterator[Compilation]:
-    """Compile stage by stage, yielding the (same, growing) Compilation after each of STAGES."""
+def compile_stages(program: Program, devices: Sequence[Device], options: Options = Options(),
+                   progress: ProgressFn | None = None, cancel: CancelFn | None = None) -> Iterator[Compilation]:
+    """Compile stage by stage, yielding the (same, growing) Compilation after each of STAGES.
+
+    ``progress`` hears of every variant the autotuner times; ``cancel`` returning True ends tuning
+    early (the plan then uses what was timed so far and predictions for the rest).
+    """
     c = Compilation(program, tuple(devices))
     yield c
     c.egraph = from_program(program)
@@ -119,6 +156,14 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         c.kernel_times[param] = by_name[param.device].estimate(c.kernelization.candidates[param.candidate].kernel)
     c.stage = "kernelized"
     yield c
+    c.extractor = options.extractor
+    if options.tune:
+        tuner = Tuner(budget=options.tune_budget, use_cache=options.tune_cache, progress=progress, cancel=cancel)
+        tune_plan(c, tuner, options.tune_rounds)
+    else:
+        predict_all(c)
+    c.stage = "tuned"
+    yield c
     extract(c)
     c.stage = "plan"
     yield c
@@ -128,13 +173,48 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         yield c
 
 
-def extract(c: Compilation) -> None:
-    """(Re-)extract the plan of a kernelized compilation from its kernel times."""
+def _kernel(c: Compilation, kn: KernelNode):
+    assert c.kernelization is not None
+    return c.kernelization.candidates[kn.candidate].kernel
+
+
+def predict_all(c: Compilation) -> None:
+    """Every kernel node's time and variant from the cost model (no device runs)."""
+    by_name = {d.name: d for d in c.devices}
+    for kn in list(c.kernel_times):
+        kernel, device = _kernel(c, kn), by_name[kn.device]
+        c.variants[kn] = suggest(kernel, device)
+        c.kernel_times[kn] = predict(kernel, device, c.variants[kn])  # type: ignore[index]
+
+
+def tune_plan(c: Compilation, tuner: Tuner, rounds: int) -> None:
+    """Predict every kernel, then tune the kernels the extracted plan uses until it uses only tuned ones."""
+    predict_all(c)
+    by_name = {d.name: d for d in c.devices}
+    for _ in range(rounds):
+        extract(c)
+        assert c.plan is not None
+        used = [kn for kn in c.plan_kernels() if kn not in c.tuning]
+        if not used:
+            break
+        for kn in used:
+            result = tuner.tune(_kernel(c, kn), by_name[kn.device])
+            if result.cancelled:
+                return
+            c.tuning[kn] = result
+            c.variants[kn] = result.best
+            c.kernel_times[kn] = result.seconds  # type: ignore[index]
+    c.extraction = c.plan = None
+
+
+def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
+    """(Re-)extract the plan of a kernelized compilation from its kernel times, under ``pins``."""
     assert c.egraph is not None and c.kernelization is not None
     transfer_time = transfer_estimate(c.devices)
     kernel_time = c.kernel_times.__getitem__
-    c.extraction = greedy(c.egraph, c.device_pools, kernel_time, transfer_time)
-    c.plan = build_plan(c.extraction, c.kernelization, kernel_time, transfer_time)
+    c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, transfer_time, pins=pins)
+    c.plan = build_plan(c.extraction, c.kernelization, kernel_time, transfer_time,
+                        lambda kn: c.variants.get(kn, DEFAULT_VARIANT))
 
 
 def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None) -> Verification:

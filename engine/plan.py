@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import DEFAULT_VARIANT, HOST, Device
+from engine.devices.base import DEFAULT_VARIANT, HOST, Device, Variant
 from engine.egraph.egraph import EGraph
 from engine.extract import Extraction, Value
 from engine.kernel.attach import KernelNode
@@ -49,6 +49,7 @@ class Launch:
     inputs: tuple[Value, ...]
     outputs: tuple[Value, ...]
     predicted: float
+    variant: Variant = DEFAULT_VARIANT
 
 
 @dataclass(frozen=True)
@@ -91,8 +92,12 @@ def build_plan(
     kz: Kernelization,
     kernel_time: Callable[[KernelNode], float],
     transfer_time: Callable[[int, str, str], float],
+    variant: Callable[[KernelNode], Variant] = lambda kn: DEFAULT_VARIANT,
 ) -> ExecPlan:
-    """Order the extraction's choices into steps (inputs before users), freeing buffers after their last use."""
+    """Order the extraction's choices into steps (inputs before users), freeing buffers after their last use.
+
+    Each kernel launches in ``variant(kernel node)`` (the tuned or suggested one).
+    """
     egraph = kz.egraph
     order = _topological(egraph, extraction)
     reads: dict[Value, list[int]] = {}
@@ -113,7 +118,8 @@ def build_plan(
             assert isinstance(param, KernelNode)
             pool = value[1]
             inputs = tuple((ch, pool) for ch in children)
-            steps.append(Launch(kz.candidates[param.candidate].kernel, param.device, inputs, (value,), kernel_time(param)))
+            kernel = kz.candidates[param.candidate].kernel
+            steps.append(Launch(kernel, param.device, inputs, (value,), kernel_time(param), variant(param)))
             for v in inputs:
                 reads.setdefault(v, []).append(len(steps) - 1)
     keep = set(extraction.outputs.values())
@@ -177,12 +183,12 @@ def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.n
     by_name = {d.name: d for d in devices}
     by_pool = {d.pool: d for d in devices if d.pool != HOST}
     handles: dict[Value, Any] = {}
-    compiled: dict[tuple[str, str], Any] = {}
+    compiled: dict[tuple[str, str, Variant], Any] = {}
     copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
     for device in devices:  # devices that build programs build all of the plan's kernels at once
         batch = getattr(device, "compile_many", None)
         if batch is not None:
-            batch([(s.kernel, DEFAULT_VARIANT) for s in plan.launches() if s.device == device.name])
+            batch([(s.kernel, s.variant) for s in plan.launches() if s.device == device.name])
     times: list[float] = []
     for step in plan.steps:
         seconds = 0.0
@@ -207,9 +213,9 @@ def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.n
             seconds = time.perf_counter() - start
         elif isinstance(step, Launch):
             device = by_name[step.device]
-            key = (step.kernel.key, step.device)
+            key = (step.kernel.key, step.device, step.variant)
             if key not in compiled:
-                compiled[key] = device.compile(step.kernel)
+                compiled[key] = device.compile(step.kernel, step.variant)
             ins = [handles[v] for v in step.inputs]
             outs = [handles[v] for v in step.outputs]
             seconds = device.launch(compiled[key], ins, outs)

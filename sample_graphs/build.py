@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine import Init, Program, Tensor, from_tensors
-from engine.fileio import write_text_atomic
+from engine.fileio import write_atomic
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def build(out_dir: Path) -> list[Path]:
     for name, make in SAMPLES.items():
         for suffix, size in (("", LARGE), (".small", SMALL)):
             target = out_dir / f"{name}{suffix}.json"
-            write_text_atomic(target, make(size).dumps())
+            write_atomic(target, make(size).dumps())
             written.append(target)
     return written
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import engine
 import sample_graphs
-from engine.fileio import write_text_atomic
+from engine.fileio import write_atomic
 from zyx_explorer.app import ExplorerApp
 
 HERE = Path(__file__).parent
@@ -18,7 +18,7 @@ async def _shoot(sample: str, keys: list[str], target: Path) -> None:
     async with app.run_test(size=(120, 32)) as pilot:
         await pilot.press(*keys)
         await pilot.pause()
-        write_text_atomic(target, app.export_screenshot(title=f"zyx-explore {sample}"))
+        write_atomic(target, app.export_screenshot(title=f"zyx-explore {sample}"))
 
 
 def main() -> None:

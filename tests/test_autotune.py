@@ -127,7 +127,7 @@ def test_cache_write_is_atomic(device, tmp_path, monkeypatch):
     def crash(src, dst):
         raise OSError("disk full")
 
-    monkeypatch.setattr("engine.tuning.cache.os.replace", crash)
+    monkeypatch.setattr("engine.fileio.os.replace", crash)
     with pytest.raises(OSError, match="disk full"):
         cache.put(matmul(), device, {"y": 2})
     assert cache.path(device).read_text() == before  # the old file is intact

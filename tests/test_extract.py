@@ -26,7 +26,7 @@ SMALL = [n for n in sample_graphs.names() if n.endswith(".small")]
 @cache
 def compiled(name: str) -> Compilation:
     devices = [NumpyDevice(), LibraryDevice(), *CPU_OPENCL]
-    return compile_program(load(sample_graphs.path(name)), devices, Options(execute=False))
+    return compile_program(load(sample_graphs.path(name)), devices, Options(execute=False, tune=False))
 
 
 def args(c: Compilation) -> tuple:
@@ -56,9 +56,12 @@ def test_dag_is_no_worse_than_greedy_and_ilp_is_optimal(name):
     assert g.tree_cost >= g.dag_cost * (1 - 1e-12)  # tree cost counts sharing again
 
 
-def test_greedy_is_what_the_pipeline_extracts():
-    c = compiled("mlp.small")
-    assert greedy(*args(c)).choices == c.extraction.choices
+@pytest.mark.parametrize("method", sorted(EXTRACTORS))
+def test_the_pipeline_extracts_with_the_chosen_extractor(method):
+    c = compile_program(load(sample_graphs.path("mlp.small")), [NumpyDevice(), LibraryDevice()],
+                        Options(execute=False, tune=False, extractor=method))
+    assert c.extraction.method == method
+    assert EXTRACTORS[method](*args(c)).choices == c.extraction.choices
 
 
 @pytest.mark.parametrize("name", ["mlp.small", "attention.small", "softmax.small", "layernorm.small"])

@@ -10,12 +10,16 @@ import sample_graphs
 from engine import load
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
-from engine.pipeline import compile_program
+from engine.pipeline import Options, compile_program
+from engine.tuning import Budget
 
 SMALL = [n for n in sample_graphs.names() if n.endswith(".small")]
 OPENCL = discover()
 CPU_OPENCL = [d for d in OPENCL if not d.is_gpu][:1]
 needs_opencl = pytest.mark.skipif(not CPU_OPENCL, reason="no OpenCL CPU device (install pocl-opencl-icd)")
+PREDICTED = Options(tune=False)
+"""The cost model's times and suggested variants: plans that do not depend on timing noise."""
+QUICK_TUNE = Options(tune_budget=Budget(variants=4, seconds=5.0))
 
 
 def assert_verified(compilation) -> None:
@@ -32,7 +36,7 @@ def test_sample_on_numpy(name):
 
 @pytest.mark.parametrize("name", ["matmul.small", "mlp.small", "transpose_fusion.small"])
 def test_library_matmul_competes_and_wins_on_matmuls(name):
-    compilation = compile_program(load(sample_graphs.path(name)), [NumpyDevice(), LibraryDevice()])
+    compilation = compile_program(load(sample_graphs.path(name)), [NumpyDevice(), LibraryDevice()], PREDICTED)
     assert_verified(compilation)
     assert "blas" in {s.device for s in compilation.plan.launches()}
 
@@ -40,19 +44,34 @@ def test_library_matmul_competes_and_wins_on_matmuls(name):
 @settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_programs_on_numpy(built):
-    assert_verified(compile_program(built.program, [NumpyDevice(), LibraryDevice()]))
+    assert_verified(compile_program(built.program, [NumpyDevice(), LibraryDevice()], PREDICTED))
 
 
 @needs_opencl
 @pytest.mark.parametrize("name", SMALL)
 def test_sample_on_opencl(name):
-    compilation = compile_program(load(sample_graphs.path(name)), CPU_OPENCL)
+    compilation = compile_program(load(sample_graphs.path(name)), CPU_OPENCL, PREDICTED)
     assert_verified(compilation)
     assert {s.device for s in compilation.plan.launches()} == {CPU_OPENCL[0].name}
+
+
+@needs_opencl
+@pytest.mark.parametrize("name", ["elementwise.small", "softmax.small", "matmul.small", "attention.small"])
+def test_tuned_sample_on_opencl_launches_the_tuned_variants(name):
+    compilation = compile_program(load(sample_graphs.path(name)), [NumpyDevice(), *CPU_OPENCL], QUICK_TUNE)
+    assert_verified(compilation)
+    chosen = compilation.plan_kernels()
+    assert chosen and all(kn in compilation.tuning for kn in chosen)  # the plan runs only timed kernels
+    launched = {(s.kernel.key, s.device): s.variant for s in compilation.plan.launches()}
+    for kn in chosen:
+        result = compilation.tuning[kn]
+        kernel = compilation.kernelization.candidates[kn.candidate].kernel
+        assert launched[kernel.key, kn.device] == result.best
+        assert compilation.kernel_times[kn] == result.seconds
 
 
 @needs_opencl
 @settings(max_examples=300, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_programs_on_opencl(built):
-    assert_verified(compile_program(built.program, CPU_OPENCL))
+    assert_verified(compile_program(built.program, CPU_OPENCL, PREDICTED))

@@ -7,7 +7,6 @@ pane.  All panes show the stage picked in the stage bar.
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from pathlib import Path
@@ -24,7 +23,8 @@ from textual.worker import get_current_worker
 from engine import Program
 from engine.devices import Device, discover
 from engine.egraph.egraph import ClassId, EGraph
-from engine.fileio import write_text_atomic
+from engine.export import ExportResult, export_stage
+from engine.fileio import write_atomic
 from engine.pipeline import Options, compile_stages
 from engine.plan import Launch
 from zyx_explorer import model
@@ -79,6 +79,7 @@ class ExplorerApp(App):
         Binding("m", "mark", "Mark", show=False, id="mark"),
         Binding("x", "explain", "Explain", show=False, id="explain"),
         Binding("p", "pin", "Pin", id="pin"),
+        Binding("d", "pin_device", "Pin device", show=False, id="pin-device"),
         Binding("u", "unpin", "Unpin", id="unpin"),
         Binding("e", "export", "Export", show=False, id="export"),
         Binding("ctrl+s", "screenshot_svg", "Screenshot", id="screenshot"),
@@ -104,6 +105,8 @@ class ExplorerApp(App):
         self.kernel: str | None = None
         self.running = True
         self._rows_key: tuple = ()
+        self.clock = time.perf_counter
+        """Times the stages; snapshot tests freeze it."""
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -154,9 +157,9 @@ class ExplorerApp(App):
                 except Exception as e:  # no OpenCL runtime: numpy and BLAS only
                     self.call_from_thread(self.notify, f"OpenCL unavailable: {e}", title="Devices", severity="warning")
                     devices = discover(opencl=False)
-            began = time.perf_counter()
+            began = self.clock()
             for c in compile_stages(self.program, devices, self.options):
-                self.session.record(c, time.perf_counter() - began)
+                self.session.record(c, self.clock() - began)
                 self.post_message(StageDone(c.stage))
                 if worker.is_cancelled:
                     return
@@ -447,15 +450,34 @@ class ExplorerApp(App):
         detail.explain_forms(other, n)
 
     def action_pin(self) -> None:
+        """Pin the highlighted form of the class (its kernels only, or that very kernel node)."""
+        target = self._pin_target()
+        if target is not None:
+            cid, n = target
+            self._what_if(lambda: self.session.pin(cid, n), f"pinned c{cid} to n{n}")
+
+    def action_pin_device(self) -> None:
+        """Pin the class to the device of the highlighted kernel form."""
+        target = self._pin_target()
+        if target is None:
+            return
+        cid, n = target
+        op, param, _ = self.shown_egraph().node(n)  # type: ignore[union-attr]
+        if op != "kernel":
+            self.notify("highlight a kernel form to pin its device", severity="warning")
+            return
+        self._what_if(lambda: self.session.pin(cid, param.device), f"pinned c{cid} to {param.device}")  # type: ignore[attr-defined]
+
+    def _pin_target(self) -> tuple[ClassId, int] | None:
         detail = self.query_one(ClassDetail)
         n = detail.highlighted_form()
         if n is None or detail.cid is None:
             self.notify("highlight a form of a class to pin it", severity="warning")
-            return
+            return None
         if not model.reached(self.viewed, model.KERNELIZED):
             self.notify("pins apply to the kernelized e-graph: switch to a later stage", severity="warning")
-            return
-        self._what_if(lambda: self.session.pin(detail.cid, n), f"pinned n{n} in c{detail.cid}")  # type: ignore[arg-type]
+            return None
+        return detail.cid, n
 
     def action_unpin(self) -> None:
         cid = self.query_one(ClassDetail).cid
@@ -480,26 +502,22 @@ class ExplorerApp(App):
         self._refresh()
 
     def action_export(self) -> None:
-        try:
-            from engine.export import export_stage  # being written by another engineer
-        except ImportError:
-            self.notify("export not available", title="Export", severity="warning")
-            return
-        if self.session.compilation is None:
-            return
-        self._export(export_stage)
+        """Export the viewed stage to ``<stage>.dot`` and ``<stage>.svg`` in the screenshot directory."""
+        if self.session.compilation is not None:
+            self._export()
 
     @work(thread=True, group="export", exit_on_error=False)
-    def _export(self, export_stage) -> None:
+    def _export(self) -> None:
         c, stage = self.session.current(), self.viewed
+        result = ExportResult()
         try:
-            args = [c, stage, self.screenshot_dir, "svg"]
-            if "options" in inspect.signature(export_stage).parameters:
-                args.append(None)
-            paths = export_stage(*args)
-            self.call_from_thread(self.notify, "wrote " + ", ".join(map(str, paths)), title="Export")
-        except Exception as e:
+            paths = export_stage(c, stage, self.screenshot_dir, "svg", result=result)
+        except Exception as e:  # rendering problems are shown, never raised
             self.call_from_thread(self.notify, f"{type(e).__name__}: {e}", title="Export failed", severity="error")
+            return
+        notes = "; ".join(result.notes)
+        message = ("wrote " + ", ".join(map(str, paths)) if paths else "nothing written") + (f" ({notes})" if notes else "")
+        self.call_from_thread(self.notify, message, title="Export", severity="information" if paths else "warning")
 
     def action_help(self) -> None:
         keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
@@ -511,7 +529,7 @@ class ExplorerApp(App):
         name = self.program.name or self.source.stem
         target = self.screenshot_dir / f"zyx-explore-{name}-{self._active_tab()}.svg"
         try:
-            write_text_atomic(target, self.export_screenshot())
+            write_atomic(target, self.export_screenshot())
         except OSError as e:
             self.notify(f"cannot write {target}: {e}", title="Screenshot", severity="error")
             return

@@ -62,7 +62,28 @@ def _main_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("file", nargs="?", type=Path, help="a graph.json file (default: the bundled MLP sample)")
     parser.add_argument("--version", action="version", version=f"zyx-explore {__version__}")
+    _compile_arguments(parser)
     return parser
+
+
+def _compile_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the compilation itself, shared by the explorer and ``export``."""
+    group = parser.add_argument_group("compilation")
+    group.add_argument("--no-tune", action="store_true",
+                       help="do not time kernels on the devices: use the cost model's predictions")
+    group.add_argument("--tune-variants", type=_at_least(1), default=12, metavar="N",
+                       help="variants timed per kernel and device at most (default 12)")
+    group.add_argument("--extractor", choices=["dag", "greedy", "ilp"], default="dag",
+                       help="dag (default: shared kernels counted once), greedy (tree cost) or ilp (exact, small graphs)")
+    group.add_argument("--no-opencl", action="store_true", help="only the numpy and BLAS devices")
+
+
+def _options(args: argparse.Namespace):
+    from engine.pipeline import Options
+    from engine.tuning import Budget
+
+    return Options(tune=not args.no_tune, tune_budget=Budget(variants=args.tune_variants, seconds=10.0),
+                   extractor=args.extractor)
 
 
 def _at_least(minimum: int):
@@ -309,6 +330,7 @@ def _export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=_at_least(0), default=None, metavar="N", help="neighbourhood depth (default 2)")
     parser.add_argument("--plan-only", action="store_true", help="only what the chosen plan uses")
     parser.add_argument("--collapse", action="store_true", help="draw a class with one form (a kernel) as one node")
+    _compile_arguments(parser)
     return parser
 
 
@@ -334,8 +356,8 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
         err.print(f"[bold red]error[/bold red]: {out} is not empty; use --force to write into it")
         return EXIT_BAD_INPUT
     program = load(args.file)
-    with err.status("compiling (every device found)"):
-        compilation = compile_program(program, discover())
+    with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
+        compilation = compile_program(program, discover(opencl=not args.no_opencl), _options(args))
     assert compilation.egraph is not None
     if args.neighbourhood is not None and args.neighbourhood >= compilation.egraph.num_added:
         err.print(f"[bold red]error[/bold red]: --neighbourhood c{args.neighbourhood}: no such class "
@@ -356,9 +378,11 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
 def _explore(args: argparse.Namespace) -> int:
     path = args.file or default_file()
     program = load(path)  # load before the UI starts: a bad file exits 2 with its message
+    from engine.devices import discover
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
-    ExplorerApp(program, path).run()
+    devices = discover(opencl=False) if args.no_opencl else None  # None: the app discovers them in its worker
+    ExplorerApp(program, path, devices=devices, options=_options(args)).run()
     return 0
 
 

@@ -9,7 +9,6 @@ no longer changes and is shown as it is.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import math
 from collections import Counter
 from collections.abc import Hashable, Mapping
@@ -17,27 +16,19 @@ from dataclasses import dataclass, field
 
 from engine import Program, pipeline
 from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Choice, Extraction
+from engine.extract import Choice, Extraction, ExtractionError, Pins
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
 from zyx_explorer.widgets.line_table import Row
 
-STAGE_LABELS = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
-"""Stages shown in the stage bar; those the engine does not (yet) have are shown as absent."""
 KERNELIZED, PLAN = "kernelized", "plan"
 
 
-def stages() -> tuple[str, ...]:
-    """The engine's stages, in order (``tuned`` appears once the engine has it)."""
-    return tuple(pipeline.STAGES)
-
-
 def reached(stage: str, name: str) -> bool:
-    """Whether viewing ``stage`` shows what stage ``name`` made (False when either is unknown)."""
-    order = stages()
-    return stage in order and name in order and order.index(stage) >= order.index(name)
+    """Whether viewing ``stage`` shows what stage ``name`` made."""
+    return pipeline.STAGES.index(stage) >= pipeline.STAGES.index(name)
 
 
 def shape_text(shape: tuple[int, ...]) -> str:
@@ -77,7 +68,7 @@ class Session:
     done: list[str] = field(default_factory=list)
     graphs: dict[str, EGraph] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
-    pins: dict[ClassId, NodeId] = field(default_factory=dict)
+    pins: dict[ClassId, PinTarget] = field(default_factory=dict)
     whatif: Compilation | None = None
     """The compilation re-extracted under ``pins`` (None when nothing is pinned)."""
     failed: str | None = None
@@ -132,10 +123,10 @@ class Session:
 
     # -- pins ------------------------------------------------------------------------------
 
-    def pin(self, cid: ClassId, node: NodeId) -> tuple[float, float]:
-        """Pin form ``node`` of class ``cid`` and re-extract; returns (predicted seconds before, after)."""
+    def pin(self, cid: ClassId, target: PinTarget) -> tuple[float, float]:
+        """Pin class ``cid`` to a form (node id) or a device (name) and re-extract; returns predicted (before, after)."""
         before = self._predicted()
-        pins = {**self.pins, cid: node}
+        pins = {**self.pins, cid: target}
         self.whatif = reextract(self._base(), pins)
         self.pins = pins
         return before, self._predicted()
@@ -158,41 +149,23 @@ class Session:
         return c.plan.predicted if c is not None and c.plan is not None else math.nan
 
 
-def pinned_times(c: Compilation, pins: Mapping[ClassId, NodeId]) -> dict[KernelNode, float]:
-    """``c.kernel_times`` with every kernel of a pinned class that does not compute the pinned form set to +inf."""
+PinTarget = NodeId | str
+"""A pin: a form (node id) or a device (name)."""
+
+
+def reextract(c: Compilation, pins: Mapping[ClassId, PinTarget]) -> Compilation:
+    """A copy of ``c`` re-extracted under ``pins`` (the real compilation is untouched)."""
     assert c.egraph is not None and c.kernelization is not None
-    eg, times = c.egraph, dict(c.kernel_times)
-    for cid, n in pins.items():
-        op, param, _ = eg.node(n)
-        kernels = [eg.node(m).param for m in eg.eclass(cid).nodes if eg.node(m).op == "kernel"]
-        if op == "kernel":
-            keep = {param}
-        elif op in ("leaf", "to_device"):
-            raise PinError(f"n{n} is a {op}: pin a kernel or a structural form")
-        else:
-            keep = {k for k in kernels if c.kernelization.candidates[k.candidate].root == n}  # type: ignore[union-attr]
-        if not keep:
-            raise PinError(f"no kernel computes n{n} {eg.describe(n)}: nothing to pin")
-        for k in kernels:
-            if k not in keep:
-                times[k] = math.inf  # type: ignore[index]
-    return times
-
-
-def reextract(c: Compilation, pins: Mapping[ClassId, NodeId]) -> Compilation:
-    """A copy of ``c`` re-extracted with ``pins`` (by the engine's pins if it has them, else by kernel times)."""
-    params = inspect.signature(pipeline.extract).parameters
-    if "pins" in params:  # the engine's own pins
-        copy = dataclasses.replace(c, extraction=None, plan=None, execution=None, verification=None)
-        pipeline.extract(copy, pins=dict(pins))  # type: ignore[call-arg]
-        return copy
-    copy = dataclasses.replace(c, kernel_times=pinned_times(c, pins), extraction=None, plan=None,
-                               execution=None, verification=None)
-    pipeline.extract(copy)
+    copy = dataclasses.replace(c, extraction=None, plan=None, execution=None, verification=None)
+    chosen = Pins()
+    try:
+        for cid, target in pins.items():
+            chosen = (chosen.device(c.egraph, cid, target) if isinstance(target, str)
+                      else chosen.node(c.egraph, target, c.kernelization))
+        pipeline.extract(copy, chosen)
+    except ExtractionError as e:
+        raise PinError(str(e)) from None
     return copy
-
-
-# -- rows ---------------------------------------------------------------------------------
 
 
 def chosen_by_class(extraction: Extraction | None) -> dict[ClassId, Choice]:
@@ -217,7 +190,7 @@ def form_name(eg: EGraph, n: NodeId) -> str:
     return eg.describe(n).split("(")[0]
 
 
-def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, NodeId] = {}) -> list[Row]:
+def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, object] = {}) -> list[Row]:
     """One row per class: id, shape, dtype, forms, ops, chosen form, cost."""
     chosen = chosen_by_class(extraction)
     outputs = set(eg.output_classes().values())

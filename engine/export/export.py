@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.export.dot import stage_graph, stage_names
-from engine.export.files import write_atomic
 from engine.export.render import FORMATS, RenderError, dot_binary, render
 from engine.export.report import write_report
 from engine.export.view import DEFAULT_OPTIONS, ExportOptions
+from engine.fileio import write_atomic
 from engine.pipeline import Compilation
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from engine.export import view
 from engine.export.chosen import planned_kernels
-from engine.export.files import write_atomic
 from engine.export.kernel_dot import device_times
 from engine.export.plan_dot import plan_title
+from engine.fileio import write_atomic
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, Free, Launch
 

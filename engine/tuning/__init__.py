@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from engine.tuning.cache import CacheWarning, TuneCache
 from engine.tuning.model import predict, suggest
-from engine.tuning.search import FAILED, OK, WRONG, Budget, Progress, Trial, Tuner, TuneResult, tune
+from engine.tuning.search import (
+    FAILED,
+    OK,
+    WRONG,
+    Budget,
+    CancelFn,
+    Progress,
+    ProgressFn,
+    Trial,
+    Tuner,
+    TuneResult,
+    tune,
+)
 
 __all__ = [
     "FAILED",
@@ -12,7 +24,9 @@ __all__ = [
     "WRONG",
     "Budget",
     "CacheWarning",
+    "CancelFn",
     "Progress",
+    "ProgressFn",
     "Trial",
     "TuneCache",
     "TuneResult",

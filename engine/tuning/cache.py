@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import Device
+from engine.fileio import write_atomic
 from engine.kernel.ir import Kernel
 
 FORMAT = 1
@@ -28,9 +28,11 @@ class CacheWarning(UserWarning):
 
 
 def default_dir() -> Path:
+    """``$ZYX_EXPLORE_CACHE/autotune`` when that is set, else the user cache dir's."""
     import platformdirs
 
-    return Path(platformdirs.user_cache_dir("zyx-explore")) / "autotune"
+    root = os.environ.get("ZYX_EXPLORE_CACHE") or platformdirs.user_cache_dir("zyx-explore")
+    return Path(root) / "autotune"
 
 
 def driver(device: Device) -> str:
@@ -95,18 +97,9 @@ class TuneCache:
         self.write(device)
 
     def write(self, device: Device) -> None:
-        """Atomically replace the device's file by its loaded entries (temp file in the same dir + os.replace)."""
+        """Atomically replace the device's file by its loaded entries."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(device)
         data = {"format": FORMAT, "device": device.name, "driver": driver(device), "entries": self._entries(device)}
-        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=self.directory)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
         self.status[device.name] = "ok"

@@ -17,6 +17,7 @@ def test_export_stage_writes_dot_and_the_rendering(tmp_path):
     png = export_stage(c, "egraph", tmp_path, "png")[1]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+    assert paths[1].stat().st_mode & 0o777 == 0o644  # not the temporary file's owner-only mode
 
 
 def test_without_dot_the_dot_file_is_still_written(tmp_path, monkeypatch):

@@ -1,92 +1,385 @@
-"""The explorer app driven with Textual's Pilot, and once in a real terminal (tmux)."""
+"""The explorer driven with Textual's Pilot: every pane and binding, on the small MLP (numpy + BLAS devices)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-import time
+import math
 
-import pytest
-
-import engine
-import sample_graphs
+from engine.pipeline import STAGES
+from tests.ui.conftest import compiled, plain
 from zyx_explorer.app import ExplorerApp
+from zyx_explorer.screens.help import HelpScreen
+from zyx_explorer.widgets.class_detail import ClassDetail
+from zyx_explorer.widgets.classes_table import ClassesTable
+from zyx_explorer.widgets.costs_table import CostsTable
+from zyx_explorer.widgets.line_table import matches
+from zyx_explorer.widgets.plan_table import PlanTable
 from zyx_explorer.widgets.program_table import ProgramTable
+from zyx_explorer.widgets.results_view import ResultsView
+from zyx_explorer.widgets.rewrites_table import RewritesTable
+from zyx_explorer.widgets.source_view import SourceView
+from zyx_explorer.widgets.stage_bar import StageBar
 from zyx_explorer.widgets.tensor_detail import TensorDetail
 
-
-def _app(name: str, tmp_path) -> ExplorerApp:
-    return ExplorerApp(engine.load(sample_graphs.path(name)), sample_graphs.path(name), screenshot_dir=tmp_path)
+SIZE = (140, 40)
 
 
-async def test_table_lists_every_tensor_and_detail_follows_the_cursor(tmp_path):
-    app = _app("mlp.small", tmp_path)
-    async with app.run_test(size=(120, 36)) as pilot:
-        table = app.query_one(ProgramTable)
-        assert table.row_count == len(app.program.inputs) + len(app.program.nodes)
-        detail = app.query_one(TensorDetail)
-        assert detail.summary.plain.startswith("x = input: [8, 16] f32")
-        await pilot.press(*["down"] * 6)  # x w1 b1 w2 b2 t0 -> t1
-        text = detail.summary.plain
-        assert text.startswith("t1 = add(t0, b1): [8, 32] f32")
-        assert "used by h" in text
-        assert list(detail.lowering.columns[1].cells) == ["reshape", "expand", "add"]
+def _output_class(app: ExplorerApp) -> int:
+    return next(iter(app.session.compilation.egraph.output_classes().values()))
 
 
-async def test_ctrl_s_saves_an_svg_screenshot(tmp_path):
-    app = _app("softmax.small", tmp_path)
-    async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("ctrl+s")
-        await pilot.pause()
-    shots = list(tmp_path.glob("*.svg"))
-    assert len(shots) == 1 and shots[0].read_text().startswith("<svg")
+def _form_index(app: ExplorerApp, node: int) -> int:
+    forms = app.query_one(ClassDetail).forms
+    return next(i for i in range(forms.option_count) if forms.get_option_at_index(i).id == f"form-{node}")
 
 
-async def test_q_quits(tmp_path):
-    app = _app("sum.small", tmp_path)
-    async with app.run_test() as pilot:
-        await pilot.press("q")
-    assert app.return_code == 0
+class TestProgramPane:
+    async def test_table_lists_every_tensor_and_detail_follows_the_cursor(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            table = app.query_one(ProgramTable)
+            assert table.row_count == len(app.program.inputs) + len(app.program.nodes)
+            detail = app.query_one(TensorDetail)
+            assert detail.summary.plain.startswith("x = input: [8, 16] f32")
+            await pilot.press(*["down"] * 6)  # x w1 b1 w2 b2 t0 -> t1
+            assert detail.summary.plain.startswith("t1 = add(t0, b1): [8, 32] f32")
+            assert list(detail.lowering.columns[1].cells) == ["reshape", "expand", "add"]
+            await compiled(pilot)
 
 
-def test_program_screen_snapshot(snap_compare):
-    app = ExplorerApp(engine.load(sample_graphs.path("attention.small")), sample_graphs.path("attention.small"))
-    assert snap_compare(app, terminal_size=(120, 36), press=["down", "down", "down", "down", "down", "down"])
+class TestStages:
+    async def test_every_stage_arrives_and_the_bar_follows(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            assert app.session.done == list(STAGES) and app.viewed == STAGES[-1]
+            bar = str(app.query_one(StageBar).render())
+            assert "executed ✓" in bar and "done in" in bar
+            assert "tuned ✓" in bar
+
+    async def test_brackets_switch_the_stage_and_every_pane_follows(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("2")
+            table = app.query_one(ClassesTable)
+            final = table.row_count
+            await pilot.press(*["left_square_bracket"] * (len(STAGES) - 2))  # -> egraph
+            assert app.viewed == "egraph"
+            assert table.row_count == app.session.graphs["egraph"].num_classes < final
+            assert app.query_one(PlanTable).row_count == 0 and app.query_one(CostsTable).row_count == 0
+            await pilot.press("left_square_bracket")
+            assert app.viewed == "program" and table.row_count == 0
+            await pilot.press(*["right_square_bracket"] * 10)
+            assert app.viewed == STAGES[-1] and table.row_count == final
+
+    async def test_the_iteration_scrubber_steps_through_the_rewrite_log(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            total = app.session.iterations()
+            assert total >= 2
+            await pilot.press("comma")
+            assert app.viewed == "saturated" and app.iteration == total - 1
+            snapshot = app.session.compilation.saturation.snapshot(total - 1)
+            assert app.query_one(ClassesTable).row_count == snapshot.num_classes
+            applied = sum(len(it.applications) for it in app.session.compilation.saturation.iterations[: total - 1])
+            assert app.query_one(RewritesTable).row_count == applied
+            assert f"it {total - 1}/{total}" in str(app.query_one(StageBar).render())
+            await pilot.press(*["comma"] * (total + 3))
+            assert app.iteration == 0
+            await pilot.press(*["full_stop"] * (total + 3))
+            assert app.iteration is None  # the last iteration: the saturated e-graph itself
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is installed by .ci/run")
-def test_real_terminal_session_in_tmux():
-    session = "zx-test"
-    cmd = f"{sys.executable} -m zyx_explorer {sample_graphs.path('mlp.small')}"
-    subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "120", "-y", "36", cmd], check=True)
-    try:
-        screen = _wait_for(session, "lowers to")
-        assert "matmul" in screen and "x = input" in screen
-        for _ in range(5):
-            subprocess.run(["tmux", "send-keys", "-t", session, "Down"], check=True)
-        screen = _wait_for(session, "t0 = matmul(x, w1)")
-        assert "reads w1 [16, 32]" in screen
-        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and _alive(session):
-            time.sleep(0.1)
-        assert not _alive(session)
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+class TestClassesPane:
+    async def test_every_class_is_listed_and_filter_narrows_them(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("2")
+            table = app.query_one(ClassesTable)
+            assert table.row_count == app.session.compilation.egraph.num_classes
+            await pilot.press("slash", *"kernel")
+            assert 0 < table.row_count < app.session.compilation.egraph.num_classes
+            assert all("kernel" in row.search for row in table.shown)
+            await pilot.press("enter")  # keeps the filter, back to the table
+            assert table.has_focus and table.query_text == "kernel"
+            await pilot.press("slash", "escape")
+            assert table.query_text == "" and table.row_count == app.session.compilation.egraph.num_classes
+
+    async def test_s_cycles_the_sort(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("2")
+            table = app.query_one(ClassesTable)
+            ids = [row.key for row in table.shown]
+            assert ids == sorted(ids)
+            await pilot.press("s")  # most forms first
+            forms = [len(app.session.compilation.egraph.eclass(r.key).nodes) for r in table.shown]
+            assert forms == sorted(forms, reverse=True)
+
+    async def test_cursor_moves_the_detail_and_clicks_select(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("2", "down", "down")
+            table = app.query_one(ClassesTable)
+            assert app.selected == table.shown[2].key == app.query_one(ClassDetail).cid
+            await pilot.press("end")
+            assert app.selected == table.shown[-1].key
+            await pilot.click(ClassesTable, offset=(2, 2))  # the header is line 0
+            assert table.cursor == round(table.scroll_y) + 1
+
+    def test_filter_terms_and_fuzzy(self):
+        assert matches("add [8, 32]", "c14 [8, 32] f32 add×2")
+        assert not matches("mul", "c14 [8, 32] f32 add×2")
+        assert matches("~ad2", "c14 add×2")
 
 
-def _alive(session: str) -> bool:
-    return subprocess.run(["tmux", "has-session", "-t", session], capture_output=True).returncode == 0
+class TestClassDetail:
+    async def test_forms_chosen_mark_children_follow_and_back(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            out = _output_class(app)
+            app.select_class(out, tab=True)
+            await pilot.pause()
+            before = list(app.history)
+            detail = app.query_one(ClassDetail)
+            head = str(detail.query_one("#detail-head").render())
+            assert f"c{out}" in head and "chosen" in head and "output y" in head
+            assert detail.chosen and detail.chosen <= set(app.session.compilation.egraph.eclass(out).nodes)
+            forms = detail.forms
+            child = next(i for i in range(forms.option_count) if (forms.get_option_at_index(i).id or "")
+                         .startswith("child-"))
+            forms.focus()
+            forms.highlighted = child
+            target = int(forms.get_option_at_index(child).id[6:])
+            await pilot.press("enter")
+            assert app.selected == target and app.history == [*before, out]
+            await pilot.press("backspace")
+            assert app.selected == out and app.history == before
+
+    async def test_enter_on_a_form_explains_it_against_the_chosen_one(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            out = _output_class(app)
+            app.select_class(out, tab=True)
+            await pilot.pause()
+            detail = app.query_one(ClassDetail)
+            eg = app.session.compilation.egraph
+            structural = next(n for n in eg.eclass(out).nodes if eg.node(n).op not in ("kernel", "to_device"))
+            detail.forms.focus()
+            detail.forms.highlighted = _form_index(app, structural)
+            await pilot.press("enter")
+            assert detail.explanation.startswith("why n") and f"n{structural}" in detail.explanation
+            await pilot.press("m")
+            assert detail.marked == structural
+            other = next(n for n in eg.eclass(out).nodes if eg.node(n).op not in ("kernel", "to_device")
+                         and n != structural)
+            detail.forms.highlighted = _form_index(app, other)
+            await pilot.press("x")
+            assert f"why n{structural} = n{other}" in detail.explanation
 
 
-def _wait_for(session: str, text: str, timeout: float = 20.0) -> str:
-    deadline = time.monotonic() + timeout
-    screen = ""
-    while time.monotonic() < deadline:
-        screen = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
-        if text in screen:
-            return screen
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared; the screen was:\n{screen}")
+class TestCostsAndSource:
+    async def test_kernel_by_device_matrix_and_source(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("3")
+            costs = app.query_one(CostsTable)
+            c = app.session.compilation
+            assert costs.row_count == len(c.kernelization.candidates)
+            assert [col.label for col in costs.columns[3:]] == [d.name for d in c.devices]
+            assert any("*" in cell for row in costs.shown for cell in row.cells)  # the chosen kernel
+            await pilot.press("down", "enter")
+            assert app._active_tab() == "source"
+            source = app.query_one(SourceView)
+            assert source.cand_id == costs.shown[1].key
+            assert "__kernel void" in source.opencl_source
+
+
+class TestPlanPane:
+    async def test_steps_totals_and_enter_selects_the_class(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("4")
+            plan = app.session.compilation.plan
+            table = app.query_one(PlanTable)
+            assert table.row_count == len(plan.steps)
+            summary = str(app.query_one("#plan-summary").render())
+            assert "peak memory" in summary and "predicted" in summary and "measured" in summary
+            launch = next(i for i, s in enumerate(plan.steps) if type(s).__name__ == "Launch")
+            await pilot.press(*["down"] * launch)
+            assert table.shown[launch].cells[1] == "Launch" and table.shown[launch].cells[6]  # measured
+            assert app.kernel is not None
+            await pilot.press("enter")
+            assert app._active_tab() == "classes" and app.selected == plan.steps[launch].outputs[0][0]
+
+
+class TestRewritesPane:
+    async def test_filter_by_rule_and_jump_to_the_merged_class(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("6")
+            table = app.query_one(RewritesTable)
+            total = table.row_count
+            assert total == sum(len(it.applications) for it in app.session.compilation.saturation.iterations)
+            await pilot.press("slash", *"commute", "enter")
+            assert 0 < table.row_count < total and all(r.cells[1] == "commute" for r in table.shown)
+            it, j = table.current_key
+            merged = app.session.compilation.saturation.iterations[it - 1].applications[j].merged
+            await pilot.press("enter")
+            assert app._active_tab() == "classes"
+            assert app.selected == app.shown_egraph().find(merged[0])
+
+
+class TestResultsPane:
+    async def test_outputs_and_verification(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("7")
+            await pilot.pause()
+            text = plain(app.query_one(ResultsView))
+            assert "Verification against the reference" in text and "ok" in text
+            assert app.query_one(ResultsView).display
+
+
+class TestPins:
+    async def test_pin_an_alternative_kernel_shows_the_delta_and_unpin_restores(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            c = app.session.compilation
+            out = _output_class(app)
+            chosen = c.extraction.choices[(out, "host")].node
+            slow = max((n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"),
+                       key=lambda n: c.kernel_times[c.egraph.node(n).param])
+            assert slow != chosen
+            app.select_class(out, tab=True)
+            await pilot.pause()
+            detail = app.query_one(ClassDetail)
+            detail.forms.focus()
+            detail.forms.highlighted = _form_index(app, slow)
+            await pilot.press("p")
+            assert app.session.pins == {out: slow}
+            whatif = app.session.whatif
+            assert whatif.extraction.choices[(out, "host")].node == slow
+            assert whatif.plan.predicted > c.plan.predicted and math.isfinite(whatif.plan.predicted)
+            assert c.extraction.choices[(out, "host")].node == chosen  # the real compilation is untouched
+            assert slow in detail.chosen and "📌" in str(detail.forms.get_option_at_index(_form_index(app, slow))
+                                                         .prompt)
+            assert any("What-if" in (n.title or "") for n in app._notifications)
+            await pilot.press("u")
+            assert app.session.pins == {} and app.session.whatif is None and chosen in detail.chosen
+
+    async def test_pin_device_and_refused_pins(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            c = app.session.compilation
+            out = _output_class(app)
+            numpy_kernel = next(n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"
+                                and c.egraph.node(n).param.device == "numpy")
+            app.select_class(out, tab=True)
+            await pilot.pause()
+            detail = app.query_one(ClassDetail)
+            detail.forms.focus()
+            detail.forms.highlighted = _form_index(app, numpy_kernel)
+            await pilot.press("d")
+            assert app.session.pins == {out: "numpy"}
+            chosen = app.session.whatif.extraction.choices[(out, "host")].node
+            assert c.egraph.node(chosen).param.device == "numpy"
+            await pilot.press("u")
+            transfer = next(n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "to_device")
+            detail.forms.highlighted = _form_index(app, transfer)
+            await pilot.press("p")  # a transfer cannot be pinned: refused with a notification
+            assert app.session.pins == {}
+            assert any(n.severity == "error" for n in app._notifications)
+
+
+class TestAppBindings:
+    async def test_help_screen_opens_and_closes(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("question_mark")
+            assert isinstance(app.screen, HelpScreen)
+            assert "Pin" in plain(app.screen.query_one("#help-keys"))
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+            await compiled(pilot)
+
+    async def test_command_palette_runs_explorer_actions(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("ctrl+p", *"show plan")
+            for _ in range(50):
+                await pilot.pause(0.02)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app._active_tab() == "plan"
+
+    async def test_ctrl_s_saves_an_svg_screenshot(self, app_factory, tmp_path):
+        app = app_factory("softmax.small")
+        async with app.run_test(size=(100, 30)) as pilot:
+            await compiled(pilot)
+            await pilot.press("2", "ctrl+s")
+            await pilot.pause()
+        shots = list(tmp_path.glob("*.svg"))
+        assert [s.name for s in shots] == ["zyx-explore-softmax-classes.svg"]
+        assert shots[0].read_text().startswith("<svg")
+
+    async def test_e_exports_the_viewed_stage(self, app_factory, tmp_path):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("2", "left_square_bracket", "e")  # the plan stage
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.viewed == "plan"
+            assert [n.severity for n in app._notifications if n.title == "Export"] == ["information"]
+        assert (tmp_path / "plan.dot").read_text().startswith("digraph")
+        assert (tmp_path / "plan.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+
+    async def test_q_quits(self, app_factory):
+        app = app_factory("sum.small")
+        async with app.run_test() as pilot:
+            await compiled(pilot)
+            await pilot.press("q")
+        assert app.return_code == 0
+
+
+class TestErrors:
+    async def test_a_failing_compilation_is_a_notification_and_earlier_stages_stay(self, app_factory):
+        app = app_factory(devices=[])  # no device: nothing can compute the outputs
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            assert app.session.failed and "kernelized" in app.session.done and "plan" not in app.session.done
+            assert any(n.severity == "error" for n in app._notifications)
+            assert "failed" in str(app.query_one(StageBar).render())
+            await pilot.press("2")
+            assert app.query_one(ClassesTable).row_count > 0
+            await pilot.press("4")
+            assert app.query_one(PlanTable).row_count == 0
+            await pilot.press("p")  # pins need a plan: refused, no crash
+            assert app.session.pins == {}
+
+
+class TestOpenCL:
+    async def test_compiles_and_runs_on_every_device_found(self, app_factory):
+        from engine.devices import discover
+
+        devices = discover()
+        app = app_factory(devices=devices)
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot, limit=1500)
+            assert app.session.failed is None and app.session.compilation.verification.ok
+            await pilot.press("3")
+            assert [col.label for col in app.query_one(CostsTable).columns[3:]] == [d.name[:22] for d in devices]

@@ -85,7 +85,7 @@ class ClassDetail(Vertical):
         self.query_one("#explain", Static).update("")
 
     def show(self, eg: EGraph, cid: ClassId, extraction: Extraction | None, times: Mapping[KernelNode, float],
-             kz: Kernelization | None, pins: Mapping[ClassId, NodeId]) -> None:
+             kz: Kernelization | None, pins: Mapping[ClassId, object]) -> None:
         """Render class ``cid`` of ``eg``."""
         same = self.egraph is eg and self.cid == eg.find(cid)
         keep = self.forms.highlighted if same else None
@@ -109,6 +109,8 @@ class ClassDetail(Vertical):
         outputs = [name for name, c in eg.output_classes().items() if c == cid]
         if outputs:
             head.append(f", output {', '.join(outputs)}", "green")
+        if isinstance(pins.get(cid), str):
+            head.append(f", 📌 pinned to {pins[cid]}", "bold magenta")
         head.append("\n")
         head.append_text(self._why(eg, choices, costs))
         self.query_one("#detail-head", Static).update(head)

@@ -5,36 +5,31 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from zyx_explorer.model import STAGE_LABELS, seconds_text, stages
+from engine.pipeline import STAGES
+from zyx_explorer.model import seconds_text
 
 
 class StageBar(Static):
-    """``program ✓  egraph ✓  [saturated ✓ it 3/5]  kernelized …  tuned –  plan  executed``."""
+    """``program ✓  egraph ✓  [saturated ✓ it 3/5]  kernelized ✓  tuned …  plan  executed``."""
 
     def show(self, done: list[str], viewed: str, seconds: dict[str, float], running: bool,
              iteration: int | None, iterations: int, failed: str | None = None) -> None:
-        known = stages()
-        labels = list(STAGE_LABELS) + [s for s in known if s not in STAGE_LABELS]
         text = Text()
-        pending = next((s for s in known if s not in done), None)
-        for name in labels:
-            if name not in known:
-                text.append(f" {name} – ", "dim strike")
+        pending = next((s for s in STAGES if s not in done), None)
+        for name in STAGES:
+            if name in done:
+                mark, style = "✓", "green"
+            elif failed and name == pending:
+                mark, style = "✗", "bold red"
+            elif running and name == pending:
+                mark, style = "…", "yellow"
             else:
-                if name in done:
-                    mark, style = "✓", "green"
-                elif failed and name == pending:
-                    mark, style = "✗", "bold red"
-                elif running and name == pending:
-                    mark, style = "…", "yellow"
-                else:
-                    mark, style = " ", "dim"
-                label = f" {name} {mark}"
-                if name == "saturated" and name == viewed and iterations:
-                    shown = iterations if iteration is None else iteration
-                    label += f" ◀ it {shown}/{iterations} ▶"
-                label += " "
-                text.append(label, f"reverse {style}" if name == viewed else style)
+                mark, style = " ", "dim"
+            label = f" {name} {mark}"
+            if name == "saturated" and name == viewed and iterations:
+                shown = iterations if iteration is None else iteration
+                label += f" ◀ it {shown}/{iterations} ▶"
+            text.append(label + " ", f"reverse {style}" if name == viewed else style)
             text.append(" ")
         total = sum(seconds.get(s, 0.0) for s in done[-1:])
         if failed:

@@ -1,0 +1,47 @@
+"""Helpers of the explorer's UI tests: a fast app (numpy + BLAS devices) and waiting for its compilation."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+import engine
+import sample_graphs
+from engine.devices import LibraryDevice, NumpyDevice
+from engine.pipeline import Options
+from zyx_explorer.app import ExplorerApp
+
+
+def make_app(name: str = "mlp.small", tmp_path=None, devices=None, options: Options | None = None,
+             frozen: bool = False) -> ExplorerApp:
+    """The explorer on sample ``name``; ``frozen``: stage times read 0 (for snapshots)."""
+    path = sample_graphs.path(name)
+    app = ExplorerApp(engine.load(path), path, screenshot_dir=tmp_path,
+                      devices=[NumpyDevice(), LibraryDevice()] if devices is None else devices, options=options)
+    if frozen:
+        app.clock = lambda: 0.0
+    return app
+
+
+async def compiled(pilot, limit: int = 400) -> None:
+    """Wait (without a timing assert) until the app's compilation worker has finished."""
+    for _ in range(limit):
+        if pilot.app.compiled:
+            break
+        await pilot.pause(0.02)
+    assert pilot.app.compiled, "the compilation never finished"
+    await pilot.pause()
+
+
+def plain(widget, width: int = 200) -> str:
+    """The text a Static widget shows, rendered without styles."""
+    console = Console(width=width, color_system=None, file=io.StringIO())
+    console.print(widget.content)
+    return console.file.getvalue()
+
+
+@pytest.fixture
+def app_factory(tmp_path):
+    return lambda name="mlp.small", **kw: make_app(name, tmp_path, **kw)
