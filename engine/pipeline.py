@@ -95,6 +95,8 @@ class Compilation:
     tuning: dict[KernelNode, TuneResult] = field(default_factory=dict)
     """The tuning result of every kernel node that was timed."""
     extractor: str = "dag"
+    problems: list[str] = field(default_factory=list)
+    """What went wrong but was worked around (a device failing, a kernel no variant could run), one line each."""
     extraction: Extraction | None = None
     plan: ExecPlan | None = None
     execution: Execution | None = None
