@@ -88,8 +88,11 @@ class Compilation:
     saturation: Saturation | None = None
     kernelization: Kernelization | None = None
     attached: Attached | None = None
+    estimates: Mapping[KernelNode, float] = field(default_factory=dict)
+    """Seconds of each kernel node by its device's nominal roofline (the ``kernelized`` stage)."""
     kernel_times: Mapping[KernelNode, float] = field(default_factory=dict)
-    """Seconds of each kernel node: nominal estimates, then predictions and measured times (``tuned``)."""
+    """Seconds of each kernel node the extraction uses: the estimates, then from ``tuned`` on the cost model's
+    predictions and, for the kernels tuned, measured times."""
     variants: dict[KernelNode, Variant] = field(default_factory=dict)
     """The variant each kernel node launches with (tuned or suggested; the default when absent)."""
     tuning: dict[KernelNode, TuneResult] = field(default_factory=dict)
@@ -155,7 +158,8 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
     by_name = {d.name: d for d in devices}
     for n in c.attached.kernels:
         param = c.egraph.node(n).param
-        c.kernel_times[param] = by_name[param.device].estimate(c.kernelization.candidates[param.candidate].kernel)
+        c.estimates[param] = by_name[param.device].estimate(c.kernelization.candidates[param.candidate].kernel)
+    c.kernel_times = dict(c.estimates)
     c.stage = "kernelized"
     yield c
     c.extractor = options.extractor

@@ -1,8 +1,7 @@
 """One DOT graph per stage of a Compilation (built with the ``graphviz`` package).
 
 ``stage_graph(compilation, stage, options)`` gives the graph of one stage, or the reason it
-has none: a stage the compilation did not reach, or one this build does not have (e.g. the
-autotuner's ``tuned``), is skipped with a note, never an error.
+has none: a stage the compilation did not reach is skipped with a note, never an error.
 """
 
 from __future__ import annotations
@@ -16,9 +15,6 @@ from engine.export import egraph_dot, kernel_dot, plan_dot, view
 from engine.export.chosen import stage_forms
 from engine.pipeline import Compilation
 
-KNOWN_STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
-"""Every stage an export can draw; those missing from ``engine.pipeline.STAGES`` are skipped."""
-
 
 @dataclass(frozen=True)
 class StageGraph:
@@ -29,18 +25,12 @@ class StageGraph:
 
 
 def stage_names() -> list[str]:
-    """The stages ``--stage all`` exports, in pipeline order (plus the known ones this build lacks)."""
-    names = list(pipeline.STAGES)
-    for i, name in enumerate(KNOWN_STAGES):
-        if name not in names:
-            names.insert(min(i, len(names)), name)
-    return names
+    """The stages ``--stage all`` exports, in pipeline order."""
+    return list(pipeline.STAGES)
 
 
 def missing(c: Compilation, stage: str) -> str:
     """Why ``stage`` cannot be drawn for ``c`` ("" when it can)."""
-    if stage not in pipeline.STAGES:
-        return f"stage {stage!r} is not part of this compilation's pipeline: skipped"
     if not c.done(stage):
         return f"stage {stage!r} not reached (the compilation stopped after {c.stage!r}): skipped"
     needs = {"egraph": c.egraph, "saturated": c.saturation, "kernelized": c.kernelization, "tuned": c.kernelization,
@@ -69,7 +59,7 @@ def stage_graph(c: Compilation, stage: str, options: view.ExportOptions = view.D
             title = f"saturated e-graph ({len(sat.iterations)} iterations, {sat.stop.value})"
         return StageGraph(stage, egraph_dot.draw(eg, stage_forms(c, eg), options, stage, f"{name}: {title}"))
     if stage in ("kernelized", "tuned"):
-        title = "kernels (cost per device)" if stage == "kernelized" else "tuned kernels (measured cost per device)"
+        title = "kernels (estimated cost per device)" if stage == "kernelized" else "tuned kernels (cost per device)"
         return StageGraph(stage, kernel_dot.draw(c, options, stage, f"{name}: {title}"))
     if stage in ("plan", "executed"):
         title = "plan" if stage == "plan" else "executed plan"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import graphviz
 
+from engine.devices.base import DEFAULT_VARIANT
 from engine.egraph.egraph import ClassId
 from engine.export import view
 from engine.export.chosen import Region, class_of, neighbourhood, planned_kernels, region
@@ -13,11 +14,20 @@ from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
 
 
-def device_times(c: Compilation) -> dict[str, dict[str, float]]:
-    """Candidate id -> device name -> seconds (the kernel times the extraction used)."""
-    out: dict[str, dict[str, float]] = {}
-    for param, t in c.kernel_times.items():
-        out.setdefault(param.candidate, {})[param.device] = t
+def device_times(c: Compilation, stage: str) -> dict[str, dict[str, str]]:
+    """Candidate id -> device name -> its time as text: the nominal estimates (``kernelized``), or from
+    ``tuned`` on the times the extraction used, measured ones with their variant."""
+    out: dict[str, dict[str, str]] = {}
+    tuned = stage != "kernelized"
+    for param, t in (c.kernel_times if tuned else c.estimates).items():
+        result = c.tuning.get(param) if tuned else None
+        text = view.seconds(t)
+        if result is not None:
+            text += " (no variant ran)" if not result.ok else " measured" + (
+                f", {result.best}" if result.best != DEFAULT_VARIANT else "")
+        elif tuned:
+            text += " predicted"
+        out.setdefault(param.candidate, {})[param.device] = text
     return out
 
 
@@ -55,7 +65,7 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str) -> 
     head = f"{title}: {len(keep)} of {len(kz.candidates)} kernel candidates, {len(planned)} in the plan"
     g = view.graph(name, head, notes, compound="true", newrank="true")
     view.limit_layout(g, drawn)
-    times = device_times(c)
+    times = device_times(c, name)
     _draw_stored(g, c, keep)
     for i, k in enumerate(keep):
         cand = kz.candidates[k]
@@ -101,11 +111,11 @@ def _draw_stored(g: graphviz.Digraph, c: Compilation, keep: list[str]) -> None:
 
 
 def _draw_kernel(g: graphviz.Digraph, c: Compilation, i: int, cand: Candidate, r: Region,
-                 times: dict[str, float], device: str | None, collapse: bool) -> None:
+                 times: dict[str, str], device: str | None, collapse: bool) -> None:
     eg = c.egraph
     assert eg is not None
     library = [d for d in times if d in view.LIBRARY_DEVICES]
-    rows = [f"{'✓ ' if d == device else ''}{view.short_device(d)}: {view.seconds(t)}" for d, t in sorted(times.items())]
+    rows = [f"{'✓ ' if d == device else ''}{view.short_device(d)}: {t}" for d, t in sorted(times.items())]
     label = "\\n".join([f"{cand.kernel.name} → c{cand.output}", *rows] + ([f"{len(r.forms)} ops fused"] if collapse
                                                                              else []))
     fill = view.CHOSEN_FILL if device else (view.LIBRARY_FILL if library else "#ffffff")

@@ -60,15 +60,16 @@ def kernel_costs(c: Compilation) -> Table:
     if c.kernelization is None:
         return Table("Kernel cost per device", (), [], "not kernelized")
     devices = [d.name for d in c.devices]
-    times = device_times(c)
+    times = device_times(c, c.stage)
     planned = planned_kernels(c)
     rows = []
     for cand_id, cand in c.kernelization.candidates.items():
         t = times.get(cand_id, {})
-        rows.append((cand.kernel.name, f"c{cand.output}", *(view.seconds(t[d]) if d in t else "—" for d in devices),
+        rows.append((cand.kernel.name, f"c{cand.output}", *(t.get(d, "—") for d in devices),
                      view.short_device(planned[cand_id]) if cand_id in planned else ""))
     return Table("Kernel cost per device", ("kernel", "computes", *map(view.short_device, devices), "plan runs it on"),
-                 rows, f"{len(rows)} candidates; costs are the times extraction used")
+                 rows, f"{len(rows)} candidates; costs are the times extraction used: measured (with the tuned variant) "
+                 "for the kernels tuned, the cost model's prediction for the rest")
 
 
 def plan_table(c: Compilation) -> Table:
