@@ -17,6 +17,8 @@ Three extractors share one signature, ``(egraph, device_pools, kernel_time, tran
 
 ``Pins`` restrict the producers of chosen classes (to a node, a structural form's
 kernels, or a device); ``compare`` reports what a re-extraction changed and costs.
+``solve(problem, method)`` runs an extractor on a ``Problem`` built from something else
+(an imported e-graph: see ``engine.interop``).
 """
 
 from __future__ import annotations
@@ -179,7 +181,9 @@ class Producer:
 
 
 @dataclass
-class _Problem:
+class Problem:
+    """Values and their producers; extraction picks one producer per value the outputs need."""
+
     order: list[tuple[Value, Producer]]
     """Every producer, in greedy's relaxation order (leaves first, then kernels, then transfers)."""
     outputs: dict[str, Value]
@@ -196,7 +200,7 @@ def _problem(
     kernel_time: KernelTime,
     transfer_time: TransferTime,
     pins: Mapping[ClassId, Pin] | None,
-) -> _Problem:
+) -> Problem:
     pinned = {egraph.find(c): p for c, p in (pins or {}).items()}
     allowed = dict.fromkeys(pinned, 0)
     pools = sorted({HOST, *device_pools.values()})
@@ -226,10 +230,10 @@ def _problem(
     if empty:
         raise ExtractionError(f"pin {'; '.join(empty)}: no node of the class fits it")
     outputs = {name: (c, HOST) for name, c in egraph.output_classes().items()}
-    return _Problem(leaves + kernels + transfers, outputs)
+    return Problem(leaves + kernels + transfers, outputs)
 
 
-def _greedy_best(problem: _Problem) -> dict[Value, tuple[float, Producer]]:
+def _greedy_best(problem: Problem) -> dict[Value, tuple[float, Producer]]:
     """The tree-cheapest producer of every computable value (Bellman-Ford over values)."""
     best: dict[Value, tuple[float, Producer]] = {}
     changed = True
@@ -244,17 +248,23 @@ def _greedy_best(problem: _Problem) -> dict[Value, tuple[float, Producer]]:
     return best
 
 
+def _selection(problem: Problem) -> tuple[dict[Value, Producer], list[str]]:
+    """Greedy's selection, and the outputs it cannot compute."""
+    best = _greedy_best(problem)
+    missing = [name for name, v in problem.outputs.items() if v not in best]
+    return {v: p for v, (_, p) in best.items()}, missing
+
+
 def _solve(
     egraph: EGraph,
     device_pools: Mapping[str, str],
     kernel_time: KernelTime,
     transfer_time: TransferTime,
     pins: Mapping[ClassId, Pin] | None,
-) -> tuple[_Problem, dict[Value, Producer]]:
+) -> tuple[Problem, dict[Value, Producer]]:
     """The problem and greedy's selection; ExtractionError (naming the pins to blame) if an output is uncomputable."""
     problem = _problem(egraph, device_pools, kernel_time, transfer_time, pins)
-    best = _greedy_best(problem)
-    missing = [name for name, v in problem.outputs.items() if v not in best]
+    selection, missing = _selection(problem)
     if missing:
         if not pins:
             raise ExtractionError(f"no device can compute output(s) {', '.join(missing)}")
@@ -266,7 +276,7 @@ def _solve(
                 blame.append(str(pin))
         which = "; ".join(blame) if blame else "; ".join(map(str, pins.values())) + " (together)"
         raise ExtractionError(f"pin {which} leaves output(s) {', '.join(missing)} uncomputable")
-    return problem, {v: p for v, (_, p) in best.items()}
+    return problem, selection
 
 
 def _needed(selection: Mapping[Value, Producer], roots: Iterable[Value]) -> list[Value] | None:
@@ -299,7 +309,7 @@ def _dag_cost(selection: Mapping[Value, Producer], roots: Iterable[Value]) -> fl
 
 
 def _extraction(
-    problem: _Problem, selection: Mapping[Value, Producer], method: str, status: str = "heuristic", note: str = ""
+    problem: Problem, selection: Mapping[Value, Producer], method: str, status: str = "heuristic", note: str = ""
 ) -> Extraction:
     order = _needed(selection, sorted(set(problem.outputs.values())))
     assert order is not None, "cyclic selection"
@@ -327,8 +337,11 @@ def greedy(
     ``device_pools`` maps device names to their pools; ``kernel_time(param)`` gives a kernel
     node's seconds, ``transfer_time(nbytes, src, dst)`` those of a copy between pools.
     """
-    problem, best = _solve(egraph, device_pools, kernel_time, transfer_time, pins)
-    return _extraction(problem, best, "greedy")
+    return _greedy(*_solve(egraph, device_pools, kernel_time, transfer_time, pins))
+
+
+def _greedy(problem: Problem, selection: dict[Value, Producer]) -> Extraction:
+    return _extraction(problem, selection, "greedy")
 
 
 def dag(
@@ -345,11 +358,14 @@ def dag(
     A swap that alone costs more (say, computing a shared value) is kept when the descent it
     enables (other users switching to that value) ends cheaper overall.
     """
-    problem, selection = _solve(egraph, device_pools, kernel_time, transfer_time, pins)
+    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), max_rounds)
+
+
+def _dag(problem: Problem, selection: dict[Value, Producer], max_rounds: int = 50) -> Extraction:
     return _extraction(problem, _dag_search(problem, selection, max_rounds), "dag")
 
 
-def _dag_search(problem: _Problem, start: dict[Value, Producer], max_rounds: int) -> dict[Value, Producer]:
+def _dag_search(problem: Problem, start: dict[Value, Producer], max_rounds: int) -> dict[Value, Producer]:
     roots = sorted(set(problem.outputs.values()))
     producers = problem.producers
 
@@ -406,11 +422,14 @@ def ilp(
     needed; a needed value has exactly one chosen producer; a chosen producer needs its inputs and
     comes after them.  Status ``optimal``, or ``timeout`` (the best of the incumbent and ``dag``).
     """
+    return _ilp(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), time_limit)
+
+
+def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], time_limit: float = 10.0) -> Extraction:
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
 
-    problem, greedy_sel = _solve(egraph, device_pools, kernel_time, transfer_time, pins)
     heuristic = _dag_search(problem, greedy_sel, 50)
     roots = sorted(set(problem.outputs.values()))
     # the values the outputs may need, and their producers (inputs computable, not reading themselves)
@@ -491,7 +510,7 @@ def ilp(
     status = "optimal" if res.status == 0 else "timeout"
     if cost > fallback:
         return _extraction(problem, heuristic, "ilp", status, "dag result (the ILP's was no better)")
-    note = "" if status == "optimal" else f"incumbent after {time_limit:g} s (better than dag)"
+    note = "" if status == "optimal" else f"incumbent after {time_limit:g} s (no worse than dag)"
     return _extraction(problem, sel, "ilp", status, note)
 
 
@@ -539,6 +558,19 @@ def _sccs(nodes: Iterable[Value], edges: Mapping[Value, list[Value]]) -> dict[Va
 
 EXTRACTORS: dict[str, Callable[..., Extraction]] = {"greedy": greedy, "dag": dag, "ilp": ilp}
 """By name, all with the signature ``(egraph, device_pools, kernel_time, transfer_time, *, pins=None)``."""
+
+_SOLVERS: dict[str, Callable[..., Extraction]] = {"greedy": _greedy, "dag": _dag, "ilp": _ilp}
+
+
+def solve(problem: Problem, method: str, **options: float) -> Extraction:
+    """Run extractor ``method`` (a key of EXTRACTORS; ``options`` such as ``time_limit``) on ``problem``.
+
+    Raises ExtractionError when no choice of producers computes every output.
+    """
+    selection, missing = _selection(problem)
+    if missing:
+        raise ExtractionError(f"nothing computes output(s) {', '.join(missing)}")
+    return _SOLVERS[method](problem, selection, **options)
 
 
 # -- comparing ---------------------------------------------------------------------------------------

@@ -1,0 +1,73 @@
+"""E-graphs for the interop tests: hand-made egraph-serialize documents, and egglog's own serializations."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def node(op: str, eclass: str, children: list[str] | None = None, cost: float = 1.0, **extra: Any) -> dict[str, Any]:
+    return {"op": op, "children": children or [], "eclass": eclass, "cost": cost, **extra}
+
+
+SHARING = {
+    "nodes": {
+        "s": node("s", "S", cost=3.0),
+        "a_leaf": node("a", "A", cost=2.0), "a_s": node("u", "A", ["s"], cost=0.0),
+        "b_leaf": node("b", "B", cost=2.0), "b_s": node("v", "B", ["s"], cost=0.0),
+        "root": node("f", "R", ["a_leaf", "b_leaf"]),
+    },
+    "root_eclasses": ["R"],
+}
+"""Greedy (tree cost) takes the two leaves (DAG 5); computing S once for both is optimal (DAG 4)."""
+
+CYCLE = {
+    "nodes": {
+        "x": node("x", "X", cost=5.0),
+        "neg": node("neg", "X", ["negneg"], cost=1.0),  # X = neg(Y), Y = neg(X): a cycle
+        "negneg": node("neg", "Y", ["x"], cost=1.0),
+        "root": node("g", "R", ["x"]),
+    },
+    "root_eclasses": ["R"],
+}
+"""A class reachable through itself; the answer reads the leaf: DAG cost 6."""
+
+
+def egglog_arith(iterations: int = 6, terms: int = 2) -> dict[str, Any]:
+    """egglog's serialization of ``(x*2 + y*2) * (x*2 + y*2) + x*2`` (with ``terms`` variables) after
+    distributivity, commutativity and strength-reduction rewrites: mul costs 8, add 2, shift 1."""
+    from egglog import EGraph, Expr, StringLike, i64Like, method, rewrite, vars_
+
+    class Num(Expr):
+        def __init__(self, value: i64Like) -> None: ...
+
+        @classmethod
+        def var(cls, name: StringLike) -> Num: ...
+
+        @method(cost=2)
+        def __add__(self, other: Num) -> Num: ...
+
+        @method(cost=8)
+        def __mul__(self, other: Num) -> Num: ...
+
+        @method(cost=1)
+        def __lshift__(self, other: Num) -> Num: ...
+
+    egraph = EGraph()
+    xs = [Num.var(f"x{k}") for k in range(terms)]
+    total = xs[0] * Num(2)
+    for v in xs[1:]:
+        total = total + v * Num(2)
+    egraph.let("e", total * total + xs[0] * Num(2))
+    a, b, c = vars_("a b c", Num)
+    egraph.register(
+        rewrite(a + b).to(b + a),
+        rewrite(a * b).to(b * a),
+        rewrite(a * (b + c)).to((a * b) + (a * c)),
+        rewrite((a * b) + (a * c)).to(a * (b + c)),
+        rewrite(a * Num(2)).to(a << Num(1)),
+        rewrite(a + a).to(a * Num(2)),
+        rewrite((a + b) + c).to(a + (b + c)),
+    )
+    egraph.run(iterations)
+    return json.loads(egraph._serialize().to_json())
