@@ -1,0 +1,408 @@
+"""Our plans side by side with numpy eager, tinygrad and torch: ``python benchmarks/compare.py [SAMPLE ...]``.
+
+CPU mode (default; samples: every full-size sample graph).  For each sample it
+compiles two plans, tuned without the disk cache: ``host`` (numpy and BLAS
+devices) and ``all`` (those plus every OpenCL device found, e.g. PoCL;
+extraction chooses), verifies each against the reference once, then times
+``engine.plan.execute`` (transfers included, compile and tuning excluded),
+best of ``--repeats`` after a warm-up, next to numpy eager (the reference
+interpreter: one numpy call per primitive op, matmuls through einsum/BLAS).
+The bandwidth column counts each input read once and each output written once,
+as a fraction of a numpy copy measured in the same run.
+
+``--gpu``: large workloads (8192^2 elementwise, softmax, layernorm, sum; 4096^3
+matmul) and every full-size sample on the first OpenCL GPU alone: the plan's
+kernel time (profiled events, data on the device), its bandwidth as a fraction
+of a device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and
+torch (CUDA, fp32, TF32 off) where torch is importable.
+
+``--tinygrad``: tinygrad columns (the same primitive graph rebuilt from
+tinygrad Tensor ops, run under TinyJit, best of N after warm-up): CPU (clang)
+and OpenCL in CPU mode, CUDA (or OpenCL) in GPU mode; ``--beam N`` adds a
+BEAM=N column (its search time is reported separately).  tinygrad is not a
+dependency: run this script from an environment that has it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+import sample_graphs
+from engine import Init, Program, Tensor, from_tensors, load
+from engine.devices import LibraryDevice, NumpyDevice
+from engine.devices.base import Device
+from engine.pipeline import Options, compile_program, run
+from engine.plan import Launch, execute
+from engine.program.primitives import PrimGraph
+from engine.program.reference import evaluate
+from engine.tuning import Budget
+
+BANDWIDTH_BOUND = ("elementwise", "softmax", "layernorm", "sum")
+
+
+def best_of(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Best wall-clock seconds of ``fn`` over ``repeats`` calls after ``warmup`` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def io_bytes(program: Program) -> int:
+    """Bytes every input read once and every output written once."""
+    graph = program.lower()
+    outs = sum(graph.nodes[i].dtype.itemsize * int(np.prod(graph.nodes[i].shape)) for i in graph.outputs.values())
+    return sum(i.dtype.itemsize * int(np.prod(i.shape)) for i in program.inputs) + outs
+
+
+def flops(program: Program) -> float:
+    """2 * multiply-adds of the program's contractions (sums of products), 0 if it has none."""
+    graph = program.lower()
+    total = 0.0
+    for node in graph.nodes:
+        if node.op == "reduce_sum" and graph.nodes[node.args[0]].op == "mul":
+            total += 2 * float(np.prod(graph.nodes[node.args[0]].shape))
+    return total
+
+
+# -- workloads built at GPU size ----------------------------------------------------
+
+
+def gpu_workloads(n: int, m: int) -> dict[str, Program]:
+    """The issue's five workloads at ``n`` x ``n`` (matmul ``m``^3), built with the Tensor API."""
+
+    def x(name: str = "x", *shape: int) -> Tensor:
+        return Tensor.input(name, shape or (n, n), init=Init.normal(seed=len(name)))
+
+    a = x()
+    return {
+        "elementwise": from_tensors([((a * 2 + 1).relu() * a - (-a).exp()).named("y")], "elementwise"),
+        "softmax": from_tensors([x().softmax(-1).named("y")], "softmax"),
+        "layernorm": from_tensors([x().layernorm(x("gamma", n), x("beta", n)).named("y")], "layernorm"),
+        "sum": from_tensors([x().sum().named("y")], "sum"),
+        "matmul": from_tensors([(x("a", m, m) @ x("b", m, m)).named("y")], "matmul"),
+    }
+
+
+# -- our plans ----------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    seconds: float
+    """Best wall-clock seconds of the whole plan (CPU) or of its kernel launches (GPU)."""
+    compile_seconds: float
+    tune_seconds: float
+    kernels: str
+    """Kernel launches per device, e.g. ``numpy:2 blas:1``."""
+    ok: bool
+    details: list[str]
+    """Per launched kernel: device, shape, variant, measured milliseconds."""
+
+
+def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
+                 repeats: int, kernels_only: bool) -> Measured:
+    start = time.perf_counter()
+    c = compile_program(program, devices, Options(execute=False, tune_cache=False, tune_budget=budget))
+    compile_seconds = time.perf_counter() - start
+    tune_seconds = sum(r.elapsed for r in c.tuning.values())
+    ok = run(c, inputs).ok
+    plan = c.plan
+    assert plan is not None
+    counts: dict[str, int] = {}
+    for s in plan.launches():
+        counts[s.device.removeprefix("opencl:")[:12]] = counts.get(s.device.removeprefix("opencl:")[:12], 0) + 1
+    kernels = " ".join(f"{d}:{k}" for d, k in counts.items())
+    tuned = {kn.candidate: r for kn, r in c.tuning.items()}
+    details = []
+    if kernels_only:
+        times = []
+        for _ in range(repeats + 1):
+            steps = execute(plan, devices, inputs).step_times
+            times.append(sum(t for s, t in zip(plan.steps, steps) if isinstance(s, Launch)))
+        seconds = min(times[1:])
+    else:
+        seconds = best_of(lambda: execute(plan, devices, inputs), repeats)
+    for s in plan.launches():
+        r = next((r for r in tuned.values() if r.kernel == s.kernel.key and r.device == s.device), None)
+        shape = "x".join(map(str, s.kernel.shape)) or "()"
+        red = s.kernel.reduce.size if s.kernel.reduce is not None else 1
+        timed = f"{r.seconds * 1e3:.3f} ms of {len(r.trials)} tried" if r is not None else "untuned"
+        details.append(f"{s.device.removeprefix('opencl:')[:12]} {shape} reduce {red}: {s.variant}, {timed}")
+        if r is not None:
+            details.append("    " + "; ".join(f"{t.variant}: {ms(t.seconds) if t.seconds else t.status}"
+                                            for t in r.trials))
+    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details)
+
+
+# -- peers --------------------------------------------------------------------------
+
+
+def tinygrad_runner(graph: PrimGraph, inputs: Mapping[str, np.ndarray], device: str, beam: int = 0
+                    ) -> tuple[Callable[[], object], float]:
+    """A function running ``graph`` in tinygrad on ``device`` under TinyJit, and the seconds its capture took."""
+    from tinygrad import Context, TinyJit, dtypes
+    from tinygrad import Tensor as TT  # noqa: N814
+
+    names = [n.param for n in graph.nodes if n.op == "leaf"]
+    args = [TT(np.ascontiguousarray(inputs[k]), device=device).realize() for k in names]
+    unary = {"neg": lambda a: -a, "relu": TT.relu, "exp2": TT.exp2, "log2": TT.log2, "sin": TT.sin, "cos": TT.cos,
+             "sqrt": TT.sqrt, "recip": TT.reciprocal, "not": lambda a: a.logical_not()}
+    binary = {"add": TT.add, "sub": TT.sub, "mul": TT.mul, "div": TT.div, "pow": TT.pow, "max": TT.maximum,
+              "cmplt": TT.__lt__, "cmpgt": TT.__gt__, "eq": TT.__eq__, "noteq": TT.__ne__,
+              "and": TT.bitwise_and, "or": TT.bitwise_or}
+
+    def build(*leaves: TT) -> tuple[TT, ...]:
+        by_name = dict(zip(names, leaves))
+        v: list[TT] = []
+        for node in graph.nodes:
+            a = [v[i] for i in node.args]
+            op, p = node.op, node.param
+            if op == "leaf":
+                out = by_name[p]
+            elif op == "const":
+                out = TT(np.asarray(p, node.dtype.numpy), device=device)
+            elif op in unary:
+                out = unary[op](a[0])
+            elif op in binary:
+                out = binary[op](a[0], a[1])
+            elif op == "cast":
+                out = a[0].cast(getattr(dtypes, node.dtype.numpy.name))
+            elif op in ("reduce_sum", "reduce_max"):
+                out = a[0].sum(axis=p) if op == "reduce_sum" else a[0].max(axis=p)
+            elif op == "expand":
+                out = a[0].expand(p)
+            elif op == "permute":
+                out = a[0].permute(p)
+            elif op == "reshape":
+                out = a[0].reshape(p)
+            else:
+                assert op == "pad", op
+                pads, value = p
+                grown = a[0].pad(tuple((max(lo, 0), max(hi, 0)) for lo, hi in pads), value=value)
+                out = grown.shrink(tuple((max(-lo, 0), s - max(-hi, 0)) for (lo, hi), s in zip(pads, grown.shape)))
+            v.append(out)
+        return tuple(v[i].realize() for i in graph.outputs.values())
+
+    jit = TinyJit(build)
+
+    def call() -> object:
+        out = jit(*args)
+        out[0].numpy() if out[0].numel() == 1 else TT.realize(*out)
+        from tinygrad import Device
+
+        Device[device].synchronize()
+        return out
+
+    start = time.perf_counter()
+    with Context(BEAM=beam):
+        for _ in range(3):  # TinyJit captures on the second call, replays from the third
+            call()
+    return call, time.perf_counter() - start
+
+
+def tinygrad_time(graph: PrimGraph, inputs: Mapping[str, np.ndarray], device: str, repeats: int, beam: int = 0
+                  ) -> tuple[float | None, float, str]:
+    """(best seconds or None, capture seconds, error) of ``graph`` in tinygrad."""
+    try:
+        call, capture = tinygrad_runner(graph, inputs, device, beam)
+        return best_of(call, repeats, warmup=0), capture, ""
+    except Exception as e:  # a backend that does not run here is reported, not fatal
+        return None, 0.0, f"{type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''}"
+
+
+def numpy_copy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
+    """Bytes/s (read + written) of ``np.copyto`` of ``nbytes``."""
+    src = np.ones(nbytes // 4, np.float32)
+    dst = np.empty_like(src)
+    return 2 * nbytes / best_of(lambda: np.copyto(dst, src), repeats)
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.2f}" if seconds < 0.1 else f"{seconds * 1e3:.1f}"
+
+
+def ratio(base: float | None, other: float | None) -> str:
+    return "-" if base is None or other is None or other == 0 else f"{base / other:.2f}x"
+
+
+# -- modes --------------------------------------------------------------------------
+
+
+def cpu_mode(args: argparse.Namespace, budget: Budget) -> None:
+    from engine.devices.opencl import discover as opencl_devices
+
+    copy = numpy_copy_bandwidth()
+    print(f"numpy copy of 256 MiB: {copy / 1e9:.1f} GB/s (read + write)\n")
+    host = [NumpyDevice(), LibraryDevice()]
+    every = host + [d for d in opencl_devices() if args.device in d.name]
+    print("devices:", ", ".join(d.name for d in every), "\n")
+    tg = [("tinygrad CPU", "CPU", 0), ("tinygrad CL", "CL", 0)] if args.tinygrad else []
+    if args.tinygrad and args.beam:
+        tg.append((f"tinygrad CPU BEAM={args.beam}", "CPU", args.beam))
+    head = ["sample", "numpy eager ms", "host plan ms", "x eager", "all plan ms", "x eager", "all kernels",
+            "GB/s (copy %)", "tune s host/all"] + [f"{name} ms" for name, _, _ in tg] + ["best/tinygrad"] * bool(tg)
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    for name in args.samples:
+        program = load(sample_graphs.path(name))
+        graph = program.lower()
+        inputs = program.input_values()
+        eager = best_of(lambda g=graph, i=inputs: evaluate(g, i), args.repeats)
+        a = measure_plan(program, host, inputs, budget, args.repeats, kernels_only=False)
+        b = measure_plan(program, every, inputs, budget, args.repeats, kernels_only=False)
+        best = min(a.seconds, b.seconds)
+        bw = io_bytes(program) / best
+        row = [name, ms(eager), ms(a.seconds) + ("" if a.ok else " WRONG"), ratio(eager, a.seconds),
+               ms(b.seconds) + ("" if b.ok else " WRONG"), ratio(eager, b.seconds), b.kernels,
+               f"{bw / 1e9:.1f} ({100 * bw / copy:.0f}%)", f"{a.tune_seconds:.1f}/{b.tune_seconds:.1f}"]
+        peer = []
+        for _, device, beam in tg:
+            seconds, capture, error = tinygrad_time(graph, inputs, device, args.repeats, beam)
+            peer.append(seconds)
+            row.append(ms(seconds) + (f" (beam {capture:.0f} s)" if beam and seconds else "") + (
+                f" ({error})" if error else ""))
+        if tg:
+            found = [s for s in peer if s is not None]
+            row.append(ratio(min(found), best) if found else "-")
+        print("| " + " | ".join(row) + " |", flush=True)
+    if "matmul" in args.samples:
+        program = load(sample_graphs.path("matmul"))
+        ins = program.input_values()
+        a_, b_ = ins["a"], ins["b"]
+        blas = best_of(lambda: a_ @ b_, args.repeats)
+        print(f"\nnumpy BLAS a @ b ({a_.shape[0]}^3): {ms(blas)} ms, {flops(program) / blas / 1e9:.1f} GFLOP/s")
+
+
+def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
+    import pyopencl as cl
+
+    from engine.devices.opencl import discover as opencl_devices
+
+    gpus = [d for d in opencl_devices() if d.is_gpu and args.device in d.name]
+    if not gpus:
+        raise SystemExit("no OpenCL GPU found")
+    gpu = gpus[0]
+    print(f"device: {gpu.name} ({gpu.driver_version})")
+    nbytes = 1 << 30
+    src = cl.Buffer(gpu.context, cl.mem_flags.READ_WRITE, nbytes)
+    dst = cl.Buffer(gpu.context, cl.mem_flags.READ_WRITE, nbytes)
+    cl.enqueue_fill_buffer(gpu.queue, src, np.float32(1), 0, nbytes).wait()
+    copies = []
+    for _ in range(args.repeats + 2):
+        event = cl.enqueue_copy(gpu.queue, dst, src)
+        event.wait()
+        copies.append((event.profile.end - event.profile.start) * 1e-9)
+    copy = 2 * nbytes / min(copies[2:])
+    src.release()
+    dst.release()
+    print(f"clEnqueueCopyBuffer of 1 GiB: {copy / 1e9:.0f} GB/s (read + write)\n")
+    torch = _torch()
+    tg = []
+    if args.tinygrad:
+        tg = [("tinygrad CUDA", "CUDA", 0), ("tinygrad CL", "CL", 0)]
+        if args.beam:
+            tg.append((f"tinygrad CUDA BEAM={args.beam}", "CUDA", args.beam))
+    head = ["workload", "ours ms", "GB/s", "% copy", "GFLOP/s", "torch ms", "torch/ours", "tune s", "kernels"]
+    head += [f"{name} ms" for name, _, _ in tg] + ["tinygrad/ours"] * bool(tg)
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    programs = {k: p for k, p in gpu_workloads(args.n, args.m).items() if k in (args.only or k).split(",")}
+    work = [(f"{k} {args.m if k == 'matmul' else args.n}", p, k) for k, p in programs.items()]
+    work += [(name, load(sample_graphs.path(name)), "") for name in args.samples]
+    details: list[str] = []
+    for label, program, kind in work:
+        inputs = program.input_values()
+        ours = measure_plan(program, [gpu], inputs, budget, args.repeats, kernels_only=True)
+        f = flops(program)
+        theirs = _torch_time(torch, kind, inputs, args.repeats) if torch and kind else None
+        row = [label, ms(ours.seconds) + ("" if ours.ok else " WRONG"), f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
+               f"{100 * io_bytes(program) / ours.seconds / copy:.0f}%" if kind in BANDWIDTH_BOUND else "-",
+               f"{f / ours.seconds / 1e9:.0f}" if f and kind in ("matmul", "") else "-", ms(theirs), ratio(theirs, ours.seconds),
+               f"{ours.tune_seconds:.1f}", ours.kernels]
+        peer = []
+        for _, device, beam in tg:
+            seconds, _, error = tinygrad_time(program.lower(), inputs, device, args.repeats, beam)
+            peer.append(seconds)
+            row.append(ms(seconds) + (f" ({error})" if error else ""))
+        if tg:
+            found = [s for s in peer if s is not None]
+            row.append(ratio(min(found), ours.seconds) if found else "-")
+        print("| " + " | ".join(row) + " |", flush=True)
+        details.extend(f"{label}: {d}" for d in ours.details)
+    if args.verbose:
+        print("\nkernels:\n" + "\n".join(details))
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        print("torch: not importable here")
+        return None
+    if not torch.cuda.is_available():
+        print("torch: no CUDA device")
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}, TF32 off")
+    return torch
+
+
+def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int) -> float:
+    """Best CUDA-event seconds of ``kind`` written as plain torch (fp32)."""
+    t = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()}
+    fns = {
+        "elementwise": lambda: (t["x"] * 2 + 1).relu() * t["x"] - torch.exp(-t["x"]),
+        "softmax": lambda: torch.softmax(t["x"], -1),
+        "layernorm": lambda: torch.nn.functional.layer_norm(t["x"], t["x"].shape[-1:], t["gamma"], t["beta"]),
+        "sum": lambda: t["x"].sum(),
+        "matmul": lambda: t["a"] @ t["b"],
+    }
+    fn = fns[kind]
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e-3)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("samples", nargs="*", default=[n for n in sample_graphs.names() if not n.endswith(".small")])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--variants", type=int, default=12, help="variants timed per kernel (tuning budget)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="tuning seconds per kernel")
+    parser.add_argument("--device", default="", help="only OpenCL devices whose name contains this")
+    parser.add_argument("--gpu", action="store_true", help="large workloads on the first OpenCL GPU")
+    parser.add_argument("--n", type=int, default=8192, help="--gpu: side of the square workloads")
+    parser.add_argument("--m", type=int, default=4096, help="--gpu: side of the matmul")
+    parser.add_argument("--tinygrad", action="store_true", help="add tinygrad columns")
+    parser.add_argument("--beam", type=int, default=0, help="with --tinygrad: also BEAM=N")
+    parser.add_argument("--only", default="", help="--gpu: comma-separated workloads (default all five)")
+    parser.add_argument("--verbose", action="store_true", help="list each plan's kernels and variants")
+    args = parser.parse_args()
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    budget = Budget(variants=args.variants, seconds=args.seconds)
+    (gpu_mode if args.gpu else cpu_mode)(args, budget)
+
+
+if __name__ == "__main__":
+    main()

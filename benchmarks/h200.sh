@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs benchmarks/compare.py --gpu on the H200 device machine: bash benchmarks/h200.sh [compare.py args...]
+# Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24 (and tinygrad) in .wheels/ (carried).
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wheels/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ZYX_EXPLORE_CACHE=/tmp/zx-cache
+mkdir -p /tmp/icd && echo libnvidia-opencl.so.1 > /tmp/icd/nvidia.icd && cp /etc/OpenCL/vendors/*.icd /tmp/icd/ 2>/dev/null
+export OCL_ICD_VENDORS=/tmp/icd
+nvrtc=$(python3 -c 'import nvidia.cuda_nvrtc, os; print(os.path.dirname(nvidia.cuda_nvrtc.__file__))' 2>/dev/null)
+export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${nvrtc:+$nvrtc/lib:}${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
+python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
+python3 benchmarks/compare.py --gpu "$@"
