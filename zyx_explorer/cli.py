@@ -1,5 +1,8 @@
 """The ``zyx-explore`` command: open the explorer, validate a file with ``check``, or ``export`` its stages.
 
+An egraph-serialize file (egg, egglog, extraction-gym) is detected: the explorer opens it
+in its foreign-e-graph view, and ``extract`` runs greedy, DAG and ILP extraction on it.
+
 ``check --semantic`` also lowers the program to an e-graph, saturates it and
 checks that every form of every class computes the same values on random inputs.
 
@@ -36,6 +39,7 @@ from engine.egraph import (
     from_program,
     random_inputs,
 )
+from engine.extract import EXTRACTORS
 from zyx_explorer import __version__
 
 EXIT_DISAGREEMENT = 1
@@ -56,11 +60,16 @@ def _main_parser() -> argparse.ArgumentParser:
             "  check FILE              validate FILE and print a summary (zyx-explore check --help)\n"
             "  check --semantic FILE   also saturate its e-graph and check every rewrite numerically\n"
             "  export FILE -o OUTDIR   write every stage as Graphviz (svg/png/pdf/dot) + report.html/.md "
-            "(zyx-explore export --help)"
+            "(zyx-explore export --help)\n"
+            "  extract EGRAPH.json     greedy, DAG and ILP extraction of an egraph-serialize file "
+            "(zyx-explore extract --help)\n\n"
+            "FILE may also be an egraph-serialize JSON e-graph (egg, egglog, extraction-gym): it is detected\n"
+            "and opened in the foreign e-graph view (classes, forms with costs, the three extractors)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", nargs="?", type=Path, help="a graph.json file (default: the bundled MLP sample)")
+    parser.add_argument("file", nargs="?", type=Path,
+                        help="a graph.json or egraph-serialize file (default: the bundled MLP sample)")
     parser.add_argument("--version", action="version", version=f"zyx-explore {__version__}")
     _compile_arguments(parser)
     return parser
@@ -375,8 +384,70 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     return 0
 
 
+def _extract_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zyx-explore extract",
+        description="Read an egraph-serialize JSON e-graph (egg, egglog, extraction-gym) and run extractors on it: "
+        "print each one's DAG cost (each chosen class counted once), tree cost (once per use) and time.",
+    )
+    parser.add_argument("file", type=Path, help="the egraph-serialize file")
+    parser.add_argument("--extractor", action="append", choices=list(EXTRACTORS), metavar="NAME",
+                        help=f"one of {', '.join(EXTRACTORS)} (repeatable; default: all)")
+    parser.add_argument("--time-limit", type=_seconds, default=10.0, metavar="S",
+                        help="seconds the ILP may take before it returns its best (default 10)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON (with the chosen nodes)")
+    return parser
+
+
+def _load_foreign(path: Path):
+    from engine.interop import detect, load_serialized
+
+    if detect(path) == "graph.json":
+        raise GraphError("a graph.json program, not an egraph-serialize e-graph: open it with zyx-explore FILE, "
+                         "or use check or export", source=str(path))
+    return load_serialized(path)
+
+
+def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``extract``: every chosen extractor on a foreign e-graph, as a table or JSON."""
+    import json
+
+    from engine.interop import extract_all
+
+    fg = _load_foreign(args.file)
+    results = extract_all(fg, args.extractor or EXTRACTORS, time_limit=args.time_limit)
+    if args.json:
+        console.print_json(json.dumps({"file": str(args.file), "nodes": len(fg.nodes), "classes": len(fg.classes),
+                                       "roots": list(fg.roots), "results": [
+                                           {"extractor": r.method, "dag_cost": None if r.error else r.dag_cost,
+                                             "tree_cost": None if r.error else r.tree_cost,
+                                            "seconds": r.seconds, "status": r.status, "note": r.note,
+                                            "error": r.error, "chosen": dict(r.chosen)} for r in results]}))
+        return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
+    roots = ", ".join(fg.root_name(r) for r in fg.roots)
+    console.print(f"[bold]{args.file}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
+                  f"roots ({fg.roots_from}): {roots or 'none'}")
+    table = Table("extractor", "DAG cost", "tree cost", "seconds", "status", "note", title_justify="left")
+    for r in results:
+        table.add_row(r.method, f"{r.dag_cost:.6g}", f"{r.tree_cost:.6g}", f"{r.seconds:.4f}", r.status,
+                      r.error or r.note)
+    console.print(table)
+    for r in results:
+        if r.error:
+            err.print(f"[bold red]error[/bold red]: {args.file}: {r.method}: {r.error}")
+    return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
+
+
 def _explore(args: argparse.Namespace) -> int:
     path = args.file or default_file()
+    from engine.interop import detect
+
+    if detect(path) == "egraph-serialize":
+        foreign = _load_foreign(path)
+        from zyx_explorer.foreign import ForeignApp
+
+        ForeignApp(foreign, path).run()
+        return 0
     program = load(path)  # load before the UI starts: a bad file exits 2 with its message
     from engine.devices import discover
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
@@ -394,6 +465,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(_parse_check(argv[1:]), Console(highlight=False), err)
         if argv[:1] == ["export"]:
             return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
+        if argv[:1] == ["extract"]:
+            return _extract(_extract_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         return _explore(_main_parser().parse_args(argv))
     except GraphError as e:
         err.print(f"[bold red]error[/bold red]: {e}", markup=True)

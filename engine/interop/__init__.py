@@ -13,15 +13,15 @@ from engine.interop.serialized import (
     MAX_NODES,
     ForeignEGraph,
     ForeignNode,
+    detect,
     is_serialized,
     load_serialized,
     loads_serialized,
     parse_serialized,
-    sniff,
 )
 
 __all__ = [
-    "COST_UNIT", "MAX_NODES", "ForeignEGraph", "ForeignNode", "ForeignProblem", "ForeignResult", "egraph_document",
+    "COST_UNIT", "MAX_NODES", "ForeignEGraph", "ForeignNode", "ForeignProblem", "ForeignResult", "detect", "egraph_document",
     "extract", "extract_all", "is_serialized", "load_serialized", "loads_serialized", "parse_serialized",
-    "problem_document", "problem_of", "sniff",
+    "problem_document", "problem_of",
 ]

@@ -69,12 +69,16 @@ def is_serialized(doc: Any) -> bool:
     return isinstance(doc, dict) and isinstance(doc.get("nodes"), dict) and "inputs" not in doc
 
 
-def sniff(path: str | Path) -> bool:
-    """Whether the file at ``path`` is egraph-serialize JSON (False for anything unreadable: its loader says why)."""
+def detect(path: str | Path) -> str | None:
+    """``egraph-serialize`` or ``graph.json`` by the file's content; None when it is neither or unreadable
+    (its loader then says why)."""
     try:
-        return is_serialized(json.loads(Path(path).read_text(encoding="utf-8")))
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
-        return False
+        return None
+    if is_serialized(doc):
+        return "egraph-serialize"
+    return "graph.json" if isinstance(doc, dict) and "inputs" in doc else None
 
 
 def load_serialized(path: str | Path) -> ForeignEGraph:
