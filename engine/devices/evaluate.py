@@ -6,22 +6,39 @@ then the reduce ``vars``, so a variable's values are a broadcastable
 ``as_strided`` view of its input (the coefficient of each variable is its
 stride; a variable the index does not use gets a size-1, stride-0 axis), any
 other load gathers with ``np.take``.  Every node's value therefore only spans
-the axes it depends on, which hoists loop-invariant work for free.  ``Op``
-nodes run ``engine.program.reference.eval_node`` and are rounded to their
-dtype after every op, exactly as the reference interpreter does.
+the axes it depends on (its *span*), which hoists loop-invariant work for free.
 
-The iteration space is evaluated in chunks (``Plan``) so that no intermediate
-exceeds ``max_elements`` elements, reduce axes included.  Chunks split the
-global axes first, which never changes a result; only a reduce too large for
-one chunk is split too, and then a float sum adds its chunks' partial sums
-(still in at least float32) and may round differently.
+The iteration space is evaluated in chunks (``Plan``) of at most
+``max_elements`` elements, reduce axes included: small enough (the default
+``CHUNK_ELEMENTS``) that a chunk's intermediates stay in the L2 cache.  Each
+``Op`` whose numpy ufunc computes exactly what the reference interpreter does
+(same dtypes in and out, no float16) writes with ``out=`` into a buffer of a
+per-thread workspace, reused from chunk to chunk and, through liveness, from
+node to node; an output node spanning the whole chunk writes straight into the
+output array.  Every other node runs ``engine.program.reference.eval_node`` and
+is rounded to its dtype, exactly as the reference interpreter does.  Chunks
+split the global axes first, which never changes a result; only a reduce too
+large for one chunk is split too, and then its partial results are combined
+(a float sum may round differently).
+
+``run`` spreads the chunks over ``threads`` threads (numpy releases the GIL in
+its loops): contiguous ranges of global chunks, or, when there is one global
+chunk, contiguous ranges of its reduce blocks whose partial results are
+combined in thread order, so results do not depend on timing.
+
+A *contraction* kernel (a float ``sum`` of ``mul(a, b)`` where each factor
+spans an axis the other does not, like a matmul or a convolution) never forms
+the product: ``a`` and ``b`` are evaluated over their own spans and contracted
+by ``np.einsum`` (BLAS), one global chunk at a time, bounded by
+``contract_elements`` (materialised factors and output chunk).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,30 +49,110 @@ from engine.program.dtypes import DType
 from engine.program.primitives import PrimNode
 from engine.program.reference import eval_node, widen
 
+CHUNK_ELEMENTS = 1 << 16
+"""Default bound on the elements of a chunk (256 KiB of float32 per intermediate: L2-resident)."""
+
 MAX_ELEMENTS = 1 << 22
-"""Default bound on the elements of any intermediate array (32 MiB of float64)."""
+"""Default bound on the elements of a contraction's materialised factors and output chunk."""
 
 Block = tuple[int, int]
 """``(start, length)`` of one chunk along one axis."""
 
 Value = np.ndarray
 
+_UFUNCS: dict[str, np.ufunc] = {
+    "neg": np.negative,
+    "exp2": np.exp2,
+    "log2": np.log2,
+    "sin": np.sin,
+    "cos": np.cos,
+    "sqrt": np.sqrt,
+    "not": np.logical_not,
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "cmplt": np.less,
+    "cmpgt": np.greater,
+    "eq": np.equal,
+    "noteq": np.not_equal,
+    "and": np.logical_and,
+    "or": np.logical_or,
+}
+_FLOAT_UFUNCS = {"div": np.divide, "pow": np.power}  # integer div and pow have C semantics: eval_node
+
+
+@dataclass(frozen=True)
+class Ufunc:
+    """An ``Op`` as one ufunc call with ``out=``: ``ufunc(*pre, *args, *post, out=...)``; ``ufunc=None`` is a cast."""
+
+    ufunc: np.ufunc | None
+    pre: tuple[np.ndarray, ...] = ()
+    post: tuple[np.ndarray, ...] = ()
+
+
+def _ufunc(e: Op) -> Ufunc | None:
+    """The ufunc computing ``e`` exactly as ``eval_node`` then rounding would, if there is one."""
+    dtypes = {a.dtype for a in e.args}
+    if DType.F16 in dtypes | {e.dtype}:
+        return None  # float16 is computed in float32 and rounded after every op
+    if e.op == "cast":
+        return Ufunc(None)
+    if len(dtypes) != 1:
+        return None
+    (dt,) = dtypes
+    if e.op == "relu":
+        fn = Ufunc(np.maximum, post=(np.zeros((), dt.numpy),))
+    elif e.op == "recip" and dt.is_float:
+        fn = Ufunc(np.divide, pre=(np.ones((), dt.numpy),))
+    elif e.op in _UFUNCS or (e.op in _FLOAT_UFUNCS and dt.is_float):
+        fn = Ufunc(_UFUNCS.get(e.op) or _FLOAT_UFUNCS[e.op])
+    else:
+        return None
+    assert fn.ufunc is not None
+    if fn.ufunc.nin != len(fn.pre) + len(e.args) + len(fn.post):
+        return None
+    with np.errstate(all="ignore"):
+        probe = fn.ufunc(*fn.pre, *(np.zeros(1, dt.numpy) for _ in e.args), *fn.post)
+    return fn if probe.dtype == e.dtype.numpy else None
+
+
+def _accumulator(op: str, dtype: DType) -> np.dtype:
+    """The dtype a reduce accumulates in: what ``np.sum`` (the reference) uses; max keeps its dtype."""
+    if op == "max":
+        return dtype.numpy
+    if dtype == DType.F16:
+        return np.dtype(np.float32)
+    if dtype == DType.BOOL or dtype.is_int:
+        return np.dtype(np.int64)
+    return dtype.numpy
+
 
 @dataclass(frozen=True)
 class Plan:
-    """A kernel prepared for evaluation: node schedules, axes of its variables, chunks per axis."""
+    """A kernel prepared for evaluation: node schedules, spans, ufuncs, buffers, chunks per axis."""
 
     kernel: Kernel
     axes: dict[Var, int]
     """Axis of each variable: global vars ``0 .. n-1``, then the reduce vars."""
     body: tuple[Expr, ...]
-    """The reduce body's nodes, children first (empty without a reduce)."""
+    """The reduce body's nodes, children first (empty without a reduce; a contraction's factors only)."""
     outputs: tuple[Expr, ...]
     """The output expressions' nodes, children first."""
     global_blocks: tuple[tuple[Block, ...], ...]
     """For each global axis, the blocks a chunk takes along it."""
     reduce_blocks: tuple[tuple[Block, ...], ...]
     """For each reduce axis, the blocks a chunk takes along it."""
+    factors: tuple[Expr, Expr] | None = None
+    """A contraction's two factors (``einsum`` computes the reduce), else None."""
+    spans: dict[Expr, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    """The axes each node's value spans (its other axes have size 1)."""
+    ufuncs: dict[Expr, Ufunc] = field(default_factory=dict, repr=False)
+    """The nodes computed by one ufunc with ``out=``."""
+    slots: dict[Expr, int] = field(default_factory=dict, repr=False)
+    """The workspace buffer each ufunc node writes (``-1 - i``: straight into output ``i``)."""
+    slot_types: tuple[tuple[np.dtype, int], ...] = ()
+    """Dtype and elements of each workspace buffer."""
 
     @property
     def ndim(self) -> int:
@@ -73,24 +170,123 @@ class Plan:
         """One frame over the whole iteration space (global and reduce axes; for inspection and tests)."""
         return Frame(self.axes, tuple((0, v.size) for v in self.axes))
 
+    @property
+    def chunk_count(self) -> int:
+        return math.prod(len(b) for b in self.global_blocks + self.reduce_blocks)
 
-def plan(kernel: Kernel, max_elements: int = MAX_ELEMENTS, chunk_reduce: bool = True) -> Plan:
-    """Prepare ``kernel``; with ``chunk_reduce=False`` reduce axes are never split (a library computes them)."""
+
+def _spans(kernel: Kernel, axes: dict[Var, int]) -> dict[Expr, tuple[int, ...]]:
+    out: dict[Expr, tuple[int, ...]] = {}
+    every_global = tuple(range(len(kernel.vars)))
+    for e in schedule(kernel.exprs()):
+        if isinstance(e, Load):
+            s = {axes[v] for v in e.index.variables()}
+        elif isinstance(e, Acc):
+            s = set(every_global)
+        else:
+            s = set().union(*(out[c] for c in e.children()))
+            if isinstance(e, Where):
+                s |= {axes[v] for b in e.bounds for v in b.index.variables()}
+        out[e] = tuple(sorted(s))
+    return out
+
+
+def _factors(kernel: Kernel, spans: dict[Expr, tuple[int, ...]], axes: dict[Var, int]) -> tuple[Expr, Expr] | None:
+    """The factors of a float ``sum(a * b)`` worth contracting.
+
+    Both factors span a reduce axis, every reduce axis is spanned by one, and a
+    factor that must be materialised (not a strided view) spans less than the
+    product does (axes of size 1 aside).
+    """
+    red = kernel.reduce
+    if red is None or red.op != "sum" or not red.dtype.is_float:
+        return None
+    body = red.body
+    if not (isinstance(body, Op) and body.op == "mul" and len(body.args) == 2):
+        return None
+    a, b = body.args
+    if not a.dtype == b.dtype == body.dtype:
+        return None
+    sizes = {i: v.size for v, i in axes.items()}
+    sa, sb = ({i for i in spans[x] if sizes[i] > 1} for x in (a, b))
+    rs = {axes[v] for v in red.vars if v.size > 1}
+    if not (sa & rs and sb & rs and rs <= sa | sb):
+        return None
+    if any(_materialised(f) and s == sa | sb for f, s in ((a, sa), (b, sb))):
+        return None
+    return a, b
+
+
+def _materialised(e: Expr) -> bool:
+    return not (isinstance(e, Load) and e.index.is_affine and not e.clamped)
+
+
+def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, contract_elements: int | None = MAX_ELEMENTS) -> Plan:
+    """Prepare ``kernel``: chunks of at most ``max_elements``, or a contraction if it is one (``contract_elements``).
+
+    With ``contract_elements=None`` contractions are streamed like any reduce.
+    """
     assert max_elements >= 1
     assert tuple(v.size for v in kernel.vars) == tuple(kernel.shape), (kernel.vars, kernel.shape)
     rvars = kernel.reduce.vars if kernel.reduce else ()
     axes = {v: i for i, v in enumerate((*kernel.vars, *rvars))}
     assert len(axes) == len(kernel.vars) + len(rvars), "loop variables must be distinct"
+    spans = _spans(kernel, axes)
     gdims = list(kernel.shape)
     rdims = [v.size for v in rvars]
-    if chunk_reduce:
+    factors = _factors(kernel, spans, axes) if contract_elements is not None else None
+    blocks = None
+    if factors is not None:
+        assert contract_elements is not None
+        blocks = _contraction_blocks(gdims, rdims, [spans[f] for f in factors if _materialised(f)], contract_elements)
+        if blocks is None:
+            factors = None
+    if blocks is None:
         blocks = _blocks(gdims + rdims, max_elements)
+    if kernel.reduce is None:
+        body: tuple[Expr, ...] = ()
     else:
-        blocks = _blocks(gdims, max_elements) + [((0, d),) for d in rdims]
-    body = tuple(schedule([kernel.reduce.body])) if kernel.reduce else ()
-    return Plan(
-        kernel, axes, body, tuple(schedule(kernel.outputs)), tuple(blocks[: len(gdims)]), tuple(blocks[len(gdims) :])
-    )
+        body = tuple(schedule(factors if factors is not None else [kernel.reduce.body]))
+    gblocks, rblocks = tuple(blocks[: len(gdims)]), tuple(blocks[len(gdims) :])
+    outputs = tuple(schedule(kernel.outputs))
+    ufuncs = {e: f for e in (*body, *outputs) if isinstance(e, Op) and (f := _ufunc(e)) is not None}
+    first = tuple(b[0][1] if b else 0 for b in gblocks)
+    body_shape = first + tuple(b[0][1] if b else 0 for b in rblocks)
+    direct = {}
+    in_body = set(body)
+    for i, e in enumerate(kernel.outputs):
+        if e in ufuncs and e not in direct and e not in in_body and spans[e] == tuple(range(len(gdims))):
+            direct[e] = -1 - i
+    slots: dict[Expr, int] = dict(direct)
+    slot_types: list[tuple[np.dtype, int]] = []
+    _allocate(body, ufuncs, spans, body_shape, slots, slot_types)
+    _allocate(outputs, ufuncs, spans, first + (1,) * len(rdims), slots, slot_types)
+    return Plan(kernel, axes, body, outputs, gblocks, rblocks, factors, spans, ufuncs, slots, tuple(slot_types))
+
+
+def _allocate(order: Sequence[Expr], ufuncs: dict[Expr, Ufunc], spans: dict[Expr, tuple[int, ...]],
+              shape: tuple[int, ...], slots: dict[Expr, int], types: list[tuple[np.dtype, int]]) -> None:
+    """Give each ufunc node of ``order`` a workspace buffer, reusing those of nodes no longer needed."""
+    last = {c: i for i, e in enumerate(order) for c in e.children()}
+    free: dict[np.dtype, list[int]] = {}
+    for i, e in enumerate(order):
+        dying = [c for c in set(e.children()) if last.get(c) == i and c in slots and slots[c] >= 0]
+        if e in ufuncs and e not in slots:
+            dt = e.dtype.numpy
+            same = [c for c in dying if spans[c] == spans[e] and c.dtype.numpy == dt]
+            for c in same:  # in place: an argument of the same span dies here
+                free.setdefault(dt, []).append(slots[c])
+            size = math.prod(shape[a] for a in spans[e])
+            pool = free.get(dt)
+            if pool:
+                slots[e] = pool.pop()
+                types[slots[e]] = (dt, max(types[slots[e]][1], size))
+            else:
+                slots[e] = len(types)
+                types.append((dt, size))
+            dying = [c for c in dying if c not in same]
+        for c in dying:
+            free.setdefault(c.dtype.numpy, []).append(slots[c])
 
 
 def _blocks(dims: Sequence[int], limit: int) -> list[tuple[Block, ...]]:
@@ -115,6 +311,19 @@ def _blocks(dims: Sequence[int], limit: int) -> list[tuple[Block, ...]]:
         else:
             out.append(((0, d),))
     return out
+
+
+def _contraction_blocks(gdims: list[int], rdims: list[int], spans: list[tuple[int, ...]],
+                        limit: int) -> list[tuple[Block, ...]] | None:
+    """Global blocks (reduce axes whole) within ``limit`` for the output chunk and each materialised factor."""
+    size = limit
+    while size >= 1:
+        blocks = _blocks(gdims, size) + [((0, d),) for d in rdims]
+        first = [b[0][1] if b else 0 for b in blocks]
+        if all(math.prod(first[a] for a in s) <= limit for s in spans):
+            return blocks
+        size //= 2
+    return None
 
 
 @dataclass
@@ -200,18 +409,58 @@ def _mask(e: Where, frame: Frame) -> Value | bool:
     return mask
 
 
-def eval_exprs(order: Sequence[Expr], frame: Frame, flats: Sequence[np.ndarray], values: dict[Expr, Value]) -> None:
+class Workspace:
+    """One thread's buffers for a plan, and the output arrays ufunc nodes may write straight into."""
+
+    def __init__(self, p: Plan, outputs: Sequence[np.ndarray] = ()) -> None:
+        self.plan = p
+        self.buffers = [np.empty(n, dt) for dt, n in p.slot_types]
+        self.outputs = outputs
+        self._views: dict[tuple[Expr, tuple[int, ...]], np.ndarray] = {}
+
+    def out(self, e: Expr, frame: Frame) -> np.ndarray:
+        """Where ufunc node ``e`` writes its value over ``frame``."""
+        slot = self.plan.slots[e]
+        if slot < 0:
+            return _window(self.outputs[-1 - slot], frame, len(self.plan.kernel.vars))
+        key = (e, frame.shape)
+        view = self._views.get(key)
+        if view is None:
+            shape = frame.shape
+            span = self.plan.spans[e]
+            view = self.buffers[slot][: math.prod(shape[a] for a in span)].reshape(
+                [shape[a] if a in span else 1 for a in range(len(shape))]
+            )
+            self._views[key] = view
+        return view
+
+
+def _window(out: np.ndarray, frame: Frame, ng: int) -> np.ndarray:
+    """The part of output array ``out`` a chunk covers, shaped like the frame (reduce axes of size 1)."""
+    where = tuple(slice(s, s + n) for s, n in frame.blocks[:ng])
+    return (out[where] if where else out).reshape(frame.shape)
+
+
+def eval_exprs(p: Plan, order: Sequence[Expr], frame: Frame, flats: Sequence[np.ndarray], values: dict[Expr, Value],
+               ws: Workspace) -> None:
     """Evaluate the scheduled nodes ``order`` over ``frame`` into ``values`` (which may hold ``Acc``)."""
     for e in order:
         if e in values:
             continue
-        if isinstance(e, Load):
+        fn = p.ufuncs.get(e)
+        if fn is not None:
+            v = ws.out(e, frame)
+            assert isinstance(e, Op)
+            if fn.ufunc is None:
+                np.copyto(v, values[e.args[0]], casting="unsafe")
+            else:
+                fn.ufunc(*fn.pre, *(values[a] for a in e.args), *fn.post, out=v)
+        elif isinstance(e, Load):
             v = read(e, flats[e.input], frame)
         elif isinstance(e, Const):
             v = round_to(e.value.array(), e.dtype)
         elif isinstance(e, Op):
-            with np.errstate(all="ignore"):
-                result = eval_node(PrimNode(e.op, (), None, (), e.dtype), [values[a] for a in e.args])
+            result = eval_node(PrimNode(e.op, (), None, (), e.dtype), [values[a] for a in e.args])
             v = round_to(result, e.dtype)
         elif isinstance(e, Where):
             v = round_to(np.where(_mask(e, frame), values[e.then], values[e.otherwise]), e.dtype)
@@ -229,32 +478,63 @@ def _identity(op: str, dtype: DType) -> np.ndarray:
     return np.array(np.iinfo(dtype.numpy).min if dtype.is_int else False, dtype.numpy)
 
 
-def reduce_chunk(p: Plan, chunk: tuple[Block, ...], flats: Sequence[np.ndarray]) -> np.ndarray:
+def _combine(op: str) -> np.ufunc:
+    return np.add if op == "sum" else np.maximum
+
+
+def reduce_blocks(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
+                  flats: Sequence[np.ndarray], ws: Workspace) -> np.ndarray:
+    """The reduce over the global ``chunk`` and ``rblocks``, in its accumulator dtype (reduce axes kept, size 1)."""
+    red = p.kernel.reduce
+    assert red is not None
+    ufunc = _combine(red.op)
+    accdt = _accumulator(red.op, red.dtype)
+    shape = tuple(n for _, n in chunk) + (1,) * len(red.vars)
+    total = np.empty(shape, accdt)
+    part = np.empty(shape, accdt) if len(rblocks) > 1 else total
+    for i, rblock in enumerate(rblocks):
+        frame = Frame(p.axes, chunk + rblock)
+        values: dict[Expr, Value] = {}
+        eval_exprs(p, p.body, frame, flats, values, ws)
+        body = values[red.body]
+        if body.shape != frame.shape:
+            body = np.broadcast_to(body, frame.shape)
+        target = total if i == 0 else part
+        ufunc.reduce(body, axis=p.reduce_axes, dtype=accdt, out=target, keepdims=True)
+        if i:
+            ufunc(total, part, out=total)
+    return total
+
+
+def reduce_chunk(p: Plan, chunk: tuple[Block, ...], flats: Sequence[np.ndarray], ws: Workspace) -> np.ndarray:
     """The reduce's result over the global ``chunk`` (rounded, reduce axes kept with size 1)."""
     red = p.kernel.reduce
     assert red is not None
     shape = tuple(n for _, n in chunk) + (1,) * len(red.vars)
     if red.size == 0:
         return np.broadcast_to(_identity(red.op, red.dtype), shape)
-    total: np.ndarray | None = None
-    for rblock in itertools.product(*p.reduce_blocks):
-        frame = Frame(p.axes, chunk + rblock)
-        values: dict[Expr, Value] = {}
-        eval_exprs(p.body, frame, flats, values)
-        body = np.broadcast_to(values[red.body], frame.shape)
-        with np.errstate(all="ignore"):
-            if red.op == "sum":
-                part = np.sum(widen(body), axis=p.reduce_axes, keepdims=True)
-                total = part if total is None else total + part
-            else:
-                assert red.op == "max", red.op
-                part = np.max(body, axis=p.reduce_axes, keepdims=True)
-                total = part if total is None else np.maximum(total, part)
-    return round_to(total, red.dtype)
+    if p.factors is not None:
+        return _contract(p, chunk, flats, ws)
+    return round_to(reduce_blocks(p, chunk, list(itertools.product(*p.reduce_blocks)), flats, ws), red.dtype)
 
 
-Reducer = Callable[[Plan, tuple[Block, ...], Sequence[np.ndarray]], np.ndarray]
-"""Computes a kernel's reduce over one global chunk (``reduce_chunk``'s signature)."""
+def _contract(p: Plan, chunk: tuple[Block, ...], flats: Sequence[np.ndarray], ws: Workspace) -> np.ndarray:
+    """A contraction's reduce over one global chunk: its factors over their spans, then ``np.einsum``."""
+    red = p.kernel.reduce
+    assert red is not None and p.factors is not None
+    frame = Frame(p.axes, chunk + tuple((0, v.size) for v in red.vars))
+    values: dict[Expr, Value] = {}
+    eval_exprs(p, p.body, frame, flats, values, ws)
+    operands = []
+    for f in p.factors:
+        span = p.spans[f]
+        operands += [widen(values[f]).reshape([frame.shape[a] for a in span]), list(span)]
+    ng = len(p.kernel.vars)
+    keep = sorted({a for f in p.factors for a in p.spans[f] if a < ng})
+    result = np.einsum(*operands, keep, optimize=True)
+    shape = [frame.shape[a] if a in keep else 1 for a in range(ng)] + [1] * len(red.vars)
+    out = np.broadcast_to(result.reshape(shape), tuple(n for _, n in chunk) + (1,) * len(red.vars))
+    return round_to(out, red.dtype)
 
 
 def flat_inputs(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -268,8 +548,49 @@ def flat_inputs(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray
     return flats
 
 
-def run(p: Plan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], reducer: Reducer = reduce_chunk) -> None:
-    """Evaluate planned kernel ``p`` on ``inputs``, writing every output array in place."""
+def _store(p: Plan, chunk: tuple[Block, ...], flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
+           ws: Workspace, acc: np.ndarray | None) -> None:
+    """Evaluate the outputs over the global ``chunk`` (given the reduce's result there) and write them."""
+    kernel = p.kernel
+    values: dict[Expr, Value] = {}
+    if acc is not None:
+        assert kernel.reduce is not None
+        values[Acc(kernel.reduce.dtype)] = acc
+    nr = len(p.reduce_axes)
+    frame = Frame(p.axes, chunk + ((0, 1),) * nr)
+    eval_exprs(p, p.outputs, frame, flats, values, ws)
+    for i, (out, e) in enumerate(zip(outputs, kernel.outputs)):
+        if p.slots.get(e) != -1 - i:
+            np.copyto(_window(out, frame, len(chunk)), values[e], casting="unsafe")
+
+
+def _run_chunks(p: Plan, chunks: Sequence[tuple[Block, ...]], flats: Sequence[np.ndarray],
+                outputs: Sequence[np.ndarray]) -> None:
+    ws = Workspace(p, outputs)
+    with np.errstate(all="ignore"):
+        for chunk in chunks:
+            acc = reduce_chunk(p, chunk, flats, ws) if p.kernel.reduce is not None else None
+            _store(p, chunk, flats, outputs, ws, acc)
+
+
+def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
+                 flats: Sequence[np.ndarray]) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return reduce_blocks(p, chunk, rblocks, flats, Workspace(p))
+
+
+def _split(items: Sequence[object], n: int) -> list[Sequence[object]]:
+    """``items`` in ``n`` contiguous, nearly equal ranges (none empty)."""
+    n = min(n, len(items))
+    bounds = [len(items) * i // n for i in range(n + 1)]
+    return [items[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def run(p: Plan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], threads: int = 1) -> None:
+    """Evaluate planned kernel ``p`` on ``inputs``, writing every output array in place, on up to ``threads`` threads.
+
+    Output arrays must not overlap the inputs.
+    """
     kernel = p.kernel
     assert len(outputs) == len(kernel.outputs)
     for out, t in zip(outputs, kernel.output_types):
@@ -277,21 +598,38 @@ def run(p: Plan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], re
     if kernel.numel == 0:
         return
     flats = flat_inputs(kernel, inputs)
-    nr = len(kernel.reduce.vars) if kernel.reduce else 0
-    for chunk in p.chunks():
-        values: dict[Expr, Value] = {}
-        if kernel.reduce is not None:
-            values[Acc(kernel.reduce.dtype)] = reducer(p, chunk, flats)
-        frame = Frame(p.axes, chunk + ((0, 1),) * nr)
-        eval_exprs(p.outputs, frame, flats, values)
-        where = tuple(slice(s, s + n) for s, n in chunk)
-        shape = tuple(n for _, n in chunk)
-        for out, e in zip(outputs, kernel.outputs):
-            out[where] = np.broadcast_to(values[e], frame.shape).reshape(shape)
+    targets = [o if o.flags.c_contiguous else np.empty(o.shape, o.dtype) for o in outputs]
+    _run(p, flats, targets, threads)
+    for out, target in zip(outputs, targets):
+        if out is not target:
+            out[...] = target
 
 
-def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = MAX_ELEMENTS) -> list[np.ndarray]:
+def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], threads: int) -> None:
+    kernel = p.kernel
+    chunks = list(p.chunks())
+    rblocks = list(itertools.product(*p.reduce_blocks))
+    if threads > 1 and p.factors is None and len(chunks) > 1:
+        with ThreadPoolExecutor(threads) as pool:
+            for f in [pool.submit(_run_chunks, p, part, flats, outputs) for part in _split(chunks, threads)]:
+                f.result()
+    elif threads > 1 and p.factors is None and kernel.reduce is not None and kernel.reduce.size and len(rblocks) > 1:
+        (chunk,) = chunks
+        with ThreadPoolExecutor(threads) as pool:
+            parts = [f.result() for f in [pool.submit(_reduce_part, p, chunk, part, flats)  # type: ignore[arg-type]
+                                          for part in _split(rblocks, threads)]]
+        total = parts[0]
+        for part in parts[1:]:
+            _combine(kernel.reduce.op)(total, part, out=total)
+        with np.errstate(all="ignore"):
+            _store(p, chunk, flats, outputs, Workspace(p, outputs), round_to(total, kernel.reduce.dtype))
+    else:
+        _run_chunks(p, chunks, flats, outputs)
+
+
+def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = CHUNK_ELEMENTS,
+             threads: int = 1) -> list[np.ndarray]:
     """The outputs of ``kernel`` on ``inputs`` (arrays of its input buffers' shapes and dtypes)."""
     outputs = [np.empty(t.shape, t.dtype.numpy) for t in kernel.output_types]
-    run(plan(kernel, max_elements), inputs, outputs)
+    run(plan(kernel, max_elements), inputs, outputs, threads)
     return outputs

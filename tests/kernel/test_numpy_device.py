@@ -566,8 +566,8 @@ def test_no_intermediate_exceeds_the_chunk_limit(monkeypatch: pytest.MonkeyPatch
     sizes: list[int] = []
     original = ev.eval_exprs
 
-    def recording(order: Any, frame: Any, flats: Any, values: dict[Expr, Any]) -> None:
-        original(order, frame, flats, values)
+    def recording(p: Any, order: Any, frame: Any, flats: Any, values: dict[Expr, Any], ws: Any) -> None:
+        original(p, order, frame, flats, values, ws)
         sizes.extend(np.size(v) for v in values.values())
 
     monkeypatch.setattr(ev, "eval_exprs", recording)
