@@ -81,14 +81,18 @@ def _number(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _int_range(dtype: DType) -> str:
-    """The values an integer dtype holds, for messages."""
+def _expected(dtype: DType) -> str:
+    """The values an integer or bool dtype holds, for messages."""
+    if dtype == DType.BOOL:
+        return "booleans or finite numbers expected"
     info = np.iinfo(dtype.numpy)
-    return f"{info.min} to {info.max}"
+    return f"integers from {info.min} to {info.max} expected"
 
 
 def _fits(data: np.ndarray, dtype: DType) -> bool:
-    """Whether numbers convert to the integer ``dtype`` exactly (float dtypes take any number)."""
+    """Whether numbers convert to the integer ``dtype`` exactly, or to bool when finite (float dtypes take any)."""
+    if dtype == DType.BOOL:
+        return data.dtype.kind != "f" or bool(np.all(np.isfinite(data)))
     if not dtype.is_int or data.size == 0 or data.dtype == np.bool_:
         return True
     if data.dtype.kind == "f" and not np.all(np.isfinite(data) & (data == np.trunc(data))):
@@ -146,7 +150,7 @@ def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dty
         if data.shape != shape:
             raise InitError(f"values have shape {list(data.shape)}, but the input's shape is {list(shape)}", "values")
         if not _fits(data, dtype):
-            raise InitError(f"values do not fit dtype {dtype} (integers from {_int_range(dtype)} expected)", "values")
+            raise InitError(f"values do not fit dtype {dtype} ({_expected(dtype)})", "values")
     if kind == "npy":
         params["path"] = str(_check_npy(params["path"], shape, dtype, base_dir))
 

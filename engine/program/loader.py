@@ -1,10 +1,17 @@
-"""Reading graph.json into a validated Program, every mistake reported at its JSON location."""
+"""Reading graph.json into a validated Program, every mistake reported at its JSON location.
+
+``SizeLimits`` refuse, before anything big is allocated, files whose tensors, node count or
+nesting would exhaust memory (or the parser's stack), each with a located message.
+"""
 
 from __future__ import annotations
 
 import difflib
 import json
+import math
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +23,68 @@ from engine.program.opset import OPS
 from engine.program.program import FORMAT_VERSION, Input, Node, Program
 
 _TOP_KEYS = {"version", "name", "description", "inputs", "nodes", "outputs"}
+
+
+@dataclass(frozen=True)
+class SizeLimits:
+    """The largest graph.json the loader accepts."""
+
+    file_bytes: int = 256 << 20
+    nodes: int = 100_000
+    depth: int = 100
+    """JSON nesting (objects and lists inside each other)."""
+    rank: int = 32
+    tensor_bytes: int = 16 << 30
+    """Bytes of any one tensor, input or node."""
+    input_bytes: int = 64 << 30
+    """Bytes of all inputs together (they are materialised to run the program)."""
+
+
+def _bytes(n: int) -> str:
+    return f"{n:,} bytes" + (f" ({n / 2**30:.3g} GiB)" if n >= 2**30 else "")
+
+
+def _check_size(shape: tuple[int, ...], itemsize: int, limits: SizeLimits, location: str) -> int:
+    """The tensor's bytes; ShapeError when its rank or size is beyond ``limits``."""
+    if len(shape) > limits.rank:
+        raise ShapeError(f"{len(shape)} axes: at most {limits.rank} axes are supported", location)
+    nbytes = math.prod(shape) * itemsize
+    if nbytes > limits.tensor_bytes:
+        raise ShapeError(f"shape {list(shape)} needs {_bytes(nbytes)}: more than the limit of "
+                         f"{_bytes(limits.tensor_bytes)} per tensor", location)
+    return nbytes
+
+
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _too_deep(text: str, depth: int) -> FormatError | None:
+    """An error at the first bracket nested deeper than ``depth`` (strings skipped), or None."""
+    level = 0
+    for m in _TOKENS.finditer(text):
+        ch = m.group()[0]
+        if ch in "[{":
+            level += 1
+            if level > depth:
+                line = text.count("\n", 0, m.start()) + 1
+                column = m.start() - text.rfind("\n", 0, m.start())
+                # the place is in the message: a location would make the error look like a JSON syntax error
+                return FormatError(f"nested too deeply: more than {depth} levels at line {line} column {column}")
+        elif ch in "]}":
+            level -= 1
+    return None
 _INPUT_KEYS = {"shape", "dtype", "init"}
 _NODE_KEYS = {"id", "op", "args", "attrs"}
 
 
-def load(path: str | Path) -> Program:
+def load(path: str | Path, limits: SizeLimits = SizeLimits()) -> Program:
     """Read and validate a graph.json file; raises GraphError naming the file and place."""
     path = Path(path)
     try:
+        size = path.stat().st_size
+        if size > limits.file_bytes:
+            raise FormatError(f"{size:,} bytes: more than the limit of {limits.file_bytes:,} bytes for a graph.json "
+                              "file (store big values in .npy files)", source=str(path))
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise GraphError("no such file", source=str(path)) from None
@@ -33,12 +94,15 @@ def load(path: str | Path) -> Program:
         raise FormatError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
     except OSError as e:
         raise GraphError(f"cannot read: {e.strerror}", source=str(path)) from None
-    return loads(text, base_dir=path.resolve().parent, source=str(path))
+    return loads(text, base_dir=path.resolve().parent, source=str(path), limits=limits)
 
 
-def loads(text: str, base_dir: Path | None = None, source: str = "") -> Program:
+def loads(text: str, base_dir: Path | None = None, source: str = "", limits: SizeLimits = SizeLimits()) -> Program:
     """Parse graph.json text; ``base_dir`` resolves relative .npy paths."""
     try:
+        deep = _too_deep(text, limits.depth)
+        if deep is not None:
+            raise deep
         duplicated: list[dict] = []
         try:
             doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, duplicated))
@@ -48,7 +112,7 @@ def loads(text: str, base_dir: Path | None = None, source: str = "") -> Program:
             raise FormatError(f"invalid JSON: {e}") from None
         if duplicated:
             _find_duplicate(doc, "")
-        return parse(doc, base_dir or Path.cwd())
+        return parse(doc, base_dir or Path.cwd(), limits)
     except GraphError as e:
         raise e.within("", source) from None
     except RecursionError:
@@ -104,7 +168,7 @@ def _check_keys(obj: Mapping[str, Any], allowed: set[str], location: str) -> Non
                               f"{location}.{key}" if location else key)
 
 
-def parse(doc: Any, base_dir: Path) -> Program:
+def parse(doc: Any, base_dir: Path, limits: SizeLimits = SizeLimits()) -> Program:
     """Validate a decoded graph.json document."""
     _expect(doc, dict, "a JSON object with inputs, nodes and outputs", "")
     _check_keys(doc, _TOP_KEYS, "")
@@ -116,9 +180,11 @@ def parse(doc: Any, base_dir: Path) -> Program:
     for key in ("inputs", "nodes", "outputs"):
         if key not in doc:
             raise FormatError(f"missing the {key!r} key", "")
-    inputs = _parse_inputs(_expect(doc["inputs"], dict, "an object of name -> input", "inputs"), base_dir)
+    inputs = _parse_inputs(_expect(doc["inputs"], dict, "an object of name -> input", "inputs"), base_dir, limits)
     types = {i.name: (i.shape, i.dtype) for i in inputs}
     raw_nodes = _expect(doc["nodes"], list, "a list of nodes", "nodes")
+    if len(raw_nodes) > limits.nodes:
+        raise FormatError(f"{len(raw_nodes):,} nodes: more than the limit of {limits.nodes:,}", "nodes")
     nodes = [_parse_node(raw, i) for i, raw in enumerate(raw_nodes)]
     order = _dependency_order(nodes, types)
     typed: list[Node] = []
@@ -127,6 +193,7 @@ def parse(doc: Any, base_dir: Path) -> Program:
         try:
             shape, dtype = infer(op, [types[a] for a in args], attrs)
             complete = OPS[op].complete(attrs)
+            _check_size(shape, dtype.itemsize, limits, "")
         except GraphError as e:
             raise e.within(f"nodes[{i}]") from None
         types[node_id] = (shape, dtype)
@@ -135,8 +202,9 @@ def parse(doc: Any, base_dir: Path) -> Program:
     return Program(tuple(inputs), tuple(typed), outputs, name, description, base_dir)
 
 
-def _parse_inputs(raw: dict[str, Any], base_dir: Path) -> list[Input]:
+def _parse_inputs(raw: dict[str, Any], base_dir: Path, limits: SizeLimits) -> list[Input]:
     inputs = []
+    total = 0
     for name, spec in raw.items():
         loc = f"inputs.{name}"
         if not name:
@@ -154,6 +222,10 @@ def _parse_inputs(raw: dict[str, Any], base_dir: Path) -> list[Input]:
             dtype = DType.parse(spec.get("dtype", "f32"))
         except GraphError as e:
             raise e.within(f"{loc}.dtype") from None
+        total += _check_size(tuple(shape), dtype.itemsize, limits, f"{loc}.shape")
+        if total > limits.input_bytes:
+            raise ShapeError(f"the inputs hold {_bytes(total)} together up to here: more than the limit of "
+                             f"{_bytes(limits.input_bytes)}", loc)
         try:
             init = parse_init(spec["init"], tuple(shape), dtype, base_dir) if "init" in spec else Init.for_name(name)
         except GraphError as e:
