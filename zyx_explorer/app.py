@@ -22,17 +22,19 @@ from textual.worker import get_current_worker
 
 from engine import Program
 from engine.devices import Device, discover
+from engine.devices.base import Variant
 from engine.egraph.egraph import ClassId, EGraph
 from engine.export import ExportResult, export_stage
 from engine.fileio import write_atomic
 from engine.pipeline import Options, compile_stages
 from engine.plan import Launch
+from engine.tuning import Progress
 from zyx_explorer import model
 from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.screens.help import HelpScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
-from zyx_explorer.widgets.costs_table import CostsTable
+from zyx_explorer.widgets.costs_table import LEGEND, CostsTable
 from zyx_explorer.widgets.line_table import LineTable
 from zyx_explorer.widgets.plan_table import PlanTable
 from zyx_explorer.widgets.program_table import ProgramTable
@@ -41,15 +43,26 @@ from zyx_explorer.widgets.rewrites_table import RewritesTable
 from zyx_explorer.widgets.source_view import SourceView
 from zyx_explorer.widgets.stage_bar import StageBar
 from zyx_explorer.widgets.tensor_detail import TensorDetail
+from zyx_explorer.widgets.variants_table import VariantsTable
 
 TABS = ("program", "classes", "costs", "plan", "source", "rewrites", "results")
 TABLES = {"classes": "#classes", "costs": "#costs", "plan": "#plan", "rewrites": "#rewrites"}
+FOCUS = {"program": "#program-table", **TABLES, "source": "#source-scroll", "results": "#results-scroll"}
+"""What each tab focuses when shown (a widget outside it must not keep the focus: the tab would switch back)."""
 
 
 class StageDone(Message):
     def __init__(self, stage: str) -> None:
         super().__init__()
         self.stage = stage
+
+
+class TuneProgress(Message):
+    """One more variant timed: what the tuner is at, as text."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
 
 
 class CompileFailed(Message):
@@ -83,6 +96,7 @@ class ExplorerApp(App):
         Binding("u", "unpin", "Unpin", id="unpin"),
         Binding("e", "export", "Export", show=False, id="export"),
         Binding("ctrl+s", "screenshot_svg", "Screenshot", id="screenshot"),
+        Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning"),
         Binding("escape", "close_filter", "Close filter", show=False, id="close-filter"),
     ]
 
@@ -103,6 +117,12 @@ class ExplorerApp(App):
         self.selected: ClassId | None = None
         self.history: list[ClassId] = []
         self.kernel: str | None = None
+        """The candidate the source pane shows."""
+        self.variant: tuple[str, Variant] | None = None
+        """(device, variant) of ``kernel`` the source shows; None: the one the plan launches."""
+        self.activity: str | None = None
+        """What the tuner is at (shown in the stage bar while tuning)."""
+        self.tuning_cancelled = False
         self.running = True
         self._rows_key: tuple = ()
         self.clock = time.perf_counter
@@ -122,15 +142,18 @@ class ExplorerApp(App):
                 yield ClassesTable(id="classes")
                 yield ClassDetail(id="class-detail")
             with TabPane("3 Costs", id="costs-tab"), Vertical():
+                yield Static(LEGEND, id="costs-legend")
                 yield CostsTable(id="costs")
+                yield Static(id="variants-head")
+                yield VariantsTable(id="variants")
             with TabPane("4 Plan", id="plan-tab"), Vertical():
                 yield PlanTable(id="plan")
                 yield Static(id="plan-summary")
-            with TabPane("5 Source", id="source-tab"), VerticalScroll():
+            with TabPane("5 Source", id="source-tab"), VerticalScroll(id="source-scroll"):
                 yield SourceView(id="source")
             with TabPane("6 Rewrites", id="rewrites-tab"), Vertical():
                 yield RewritesTable(id="rewrites")
-            with TabPane("7 Results", id="results-tab"), VerticalScroll():
+            with TabPane("7 Results", id="results-tab"), VerticalScroll(id="results-scroll"):
                 yield ResultsView(id="results")
         yield Input(placeholder="filter: c12  add  [8, 32]  blas  ~fuzzy   (enter: keep, escape: clear)", id="filter")
         yield Footer()
@@ -158,7 +181,9 @@ class ExplorerApp(App):
                     self.call_from_thread(self.notify, f"OpenCL unavailable: {e}", title="Devices", severity="warning")
                     devices = discover(opencl=False)
             began = self.clock()
-            for c in compile_stages(self.program, devices, self.options):
+            stages = compile_stages(self.program, devices, self.options, progress=self._tune_progress,
+                                    cancel=lambda: self.tuning_cancelled)
+            for c in stages:
                 self.session.record(c, self.clock() - began)
                 self.post_message(StageDone(c.stage))
                 if worker.is_cancelled:
@@ -168,14 +193,42 @@ class ExplorerApp(App):
             return
         self.post_message(StageDone(""))
 
+    def _tune_progress(self, p: Progress) -> None:
+        """Called in the worker thread after each variant the tuner times."""
+        c = self.session.compilation
+        kz = c.kernelization if c is not None else None
+        names = {cand.kernel.key: cand.kernel.name for cand in kz.candidates.values()} if kz is not None else {}
+        self.post_message(TuneProgress(f"tuning {names.get(p.kernel, p.kernel[:10])} on {p.device[:24]} "
+                                       f"{p.done}/{p.total}  (c stops)"))
+
+    @on(TuneProgress)
+    def _tuning(self, message: TuneProgress) -> None:
+        if self.running and "tuned" not in self.session.done:
+            self.activity = message.text
+            self._show_stage_bar()
+
     @on(StageDone)
     def _stage_done(self, message: StageDone) -> None:
+        if message.stage == "tuned":
+            self.activity = None
         if not message.stage:
             self.running = False
+            self._report_end()
         elif self.follow:
             self.viewed = message.stage
             self.iteration = None
         self._refresh()
+
+    def _report_end(self) -> None:
+        """Notify of a cancelled tuning and of the problems the compilation worked around."""
+        c = self.session.compilation
+        if c is None:
+            return
+        if self.tuning_cancelled:
+            self.notify(f"tuning stopped: {len(c.tuning)} kernels timed, the others use predictions", title="Tuning")
+        if c.problems:
+            self.notify("\n".join(c.problems), title=f"{len(c.problems)} problems worked around", severity="warning",
+                        timeout=10)
 
     @on(CompileFailed)
     def _failed(self, message: CompileFailed) -> None:
@@ -196,8 +249,7 @@ class ExplorerApp(App):
 
     def _refresh(self) -> None:
         s, stage = self.session, self.viewed
-        self.query_one(StageBar).show(s.done, stage, s.seconds, self.running, self.iteration, s.iterations(),
-                                      s.failed)
+        self._show_stage_bar()
         eg = self.shown_egraph()
         extraction = s.extraction(stage)
         table = self.query_one(ClassesTable)
@@ -218,6 +270,12 @@ class ExplorerApp(App):
         self._show_source()
         self.query_one(ResultsView).show(s.current() if s.compilation else None)
 
+    def _show_stage_bar(self) -> None:
+        s = self.session
+        notes = {"tuned": "(stopped)"} if self.tuning_cancelled and "tuned" in s.done else {}
+        self.query_one(StageBar).show(s.done, self.viewed, s.seconds, self.running, self.iteration, s.iterations(),
+                                      s.failed, self.activity, notes)
+
     def _show_detail(self) -> None:
         detail = self.query_one(ClassDetail)
         eg = self.shown_egraph()
@@ -234,9 +292,44 @@ class ExplorerApp(App):
         times = self.session.kernel_times(self.viewed)
         if c is None or not times:
             table.set_rows([])
+        else:
+            table.for_devices([d.name for d in c.devices])
+            table.set_rows(model.cost_rows(c, times, self.session.extraction(self.viewed),
+                                           self.session.tuning(self.viewed), not model.reached(self.viewed, model.TUNED)))
+        self._show_variants()
+
+    def _launched(self, cand_id: str) -> tuple[str, Variant] | None:
+        """(device, variant) the plan launches candidate ``cand_id`` with (else its fastest device's)."""
+        c, stage = self.session.current(), self.viewed
+        if c is None or c.egraph is None:
+            return None
+        chosen = model.chosen_kernels(c.egraph, self.session.extraction(stage))
+        return model.launched_variant(cand_id, self.session.kernel_times(stage), chosen,
+                                      lambda kn: self.session.variant(stage, kn))
+
+    def _show_variants(self) -> None:
+        """The variants of the kernel under the costs cursor, on every device."""
+        table, head = self.query_one(VariantsTable), self.query_one("#variants-head", Static)
+        cand_id = self.query_one(CostsTable).current_key
+        cand = self.session.candidate(cand_id) if isinstance(cand_id, str) else None
+        if cand is None:
+            table.set_rows([])
+            head.update("variants: highlight a kernel above")
             return
-        table.for_devices([d.name for d in c.devices])
-        table.set_rows(model.cost_rows(c, times, self.session.extraction(self.viewed)))
+        stage, times = self.viewed, self.session.kernel_times(self.viewed)
+        tuning = self.session.tuning(stage)
+        rows = model.variant_rows(cand_id, times, tuning, lambda kn: self.session.variant(stage, kn),
+                                  self._launched(cand_id))
+        table.set_rows(rows)
+        tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
+        text = f"variants of {cand.kernel.name}: {len(rows)} on {len({r.key[0] for r in rows})} devices"
+        if tuned:
+            text += " (" + ", ".join(f"{r.device} cache {r.cache}" for r in tuned) + ")"
+        elif not model.reached(stage, model.TUNED):
+            text += " (before tuning: default variants, nominal estimates)"
+        else:
+            text += " (not tuned: the cost model's suggestion)"
+        head.update(text + "   tab: to the variants, enter: its OpenCL C")
 
     def _show_plan(self) -> None:
         plan = self.session.plan(self.viewed)
@@ -264,7 +357,13 @@ class ExplorerApp(App):
         cand = self.session.candidate(self.kernel) if self.kernel else None
         times = {k.device: t for k, t in self.session.kernel_times(self.viewed).items() if k.candidate == self.kernel}
         theme = "monokai" if self.current_theme.dark else "default"
-        self.query_one(SourceView).show(self.kernel, cand, times, theme)
+        launched = self._launched(self.kernel) if self.kernel else None
+        self.query_one(SourceView).show(self.kernel, cand, times, theme, self.variant or launched, launched)
+
+    def show_kernel(self, cand_id: str, variant: tuple[str, Variant] | None = None) -> None:
+        """Show candidate ``cand_id`` in the source pane (``variant``: which one; None: the launched one)."""
+        self.kernel, self.variant = cand_id, variant
+        self._show_source()
 
     # -- events ----------------------------------------------------------------------------
 
@@ -290,17 +389,32 @@ class ExplorerApp(App):
     def _form_highlighted(self, message: ClassDetail.FormHighlighted) -> None:
         eg = self.shown_egraph()
         if eg is not None and eg.node(message.node).op == "kernel":
-            self.kernel = eg.node(message.node).param.candidate  # type: ignore[attr-defined]
-            self._show_source()
+            kn = eg.node(message.node).param
+            self.show_kernel(kn.candidate, (kn.device, self.session.variant(self.viewed, kn)))  # type: ignore[attr-defined,arg-type]
 
     @on(LineTable.Highlighted, "#costs")
     def _cost_highlighted(self, event: LineTable.Highlighted) -> None:
-        self.kernel = event.key  # type: ignore[assignment]
-        self._show_source()
+        self._show_variants()
+        if event.table.has_focus:  # not when a refresh moves the cursor
+            self.show_kernel(event.key)  # type: ignore[arg-type]
 
     @on(LineTable.Selected, "#costs")
     def _cost_selected(self, event: LineTable.Selected) -> None:
+        self.show_kernel(event.key)  # type: ignore[arg-type]
         self.action_tab("source")
+
+    @on(LineTable.Highlighted, "#variants")
+    def _variant_highlighted(self, event: LineTable.Highlighted) -> None:
+        cand_id = self.query_one(CostsTable).current_key
+        if event.table.has_focus and isinstance(cand_id, str):
+            self.show_kernel(cand_id, event.key)  # type: ignore[arg-type]
+
+    @on(LineTable.Selected, "#variants")
+    def _variant_selected(self, event: LineTable.Selected) -> None:
+        cand_id = self.query_one(CostsTable).current_key
+        if isinstance(cand_id, str):
+            self.show_kernel(cand_id, event.key)  # type: ignore[arg-type]
+            self.action_tab("source")
 
     @on(LineTable.Highlighted, "#plan")
     def _step_highlighted(self, event: LineTable.Highlighted) -> None:
@@ -310,8 +424,8 @@ class ExplorerApp(App):
             return
         step = plan.steps[event.key]  # type: ignore[index]
         if isinstance(step, Launch) and step.outputs[0] in extraction.choices:
-            self.kernel = c.egraph.node(extraction.choices[step.outputs[0]].node).param.candidate  # type: ignore[attr-defined]
-            self._show_source()
+            kn = c.egraph.node(extraction.choices[step.outputs[0]].node).param
+            self.show_kernel(kn.candidate, (step.device, step.variant))  # type: ignore[attr-defined]
 
     @on(LineTable.Selected, "#plan")
     def _step_selected(self, event: LineTable.Selected) -> None:
@@ -370,9 +484,7 @@ class ExplorerApp(App):
 
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab if tab == "program" else f"{tab}-tab"
-        focus = {"program": "#program-table", **TABLES}.get(tab)
-        if focus:
-            self.query_one(focus).focus()
+        self.query_one(FOCUS[tab]).focus()
 
     def action_stage(self, step: int) -> None:
         done = self.session.done
@@ -519,9 +631,19 @@ class ExplorerApp(App):
         message = ("wrote " + ", ".join(map(str, paths)) if paths else "nothing written") + (f" ({notes})" if notes else "")
         self.call_from_thread(self.notify, message, title="Export", severity="information" if paths else "warning")
 
+    def action_cancel_tuning(self) -> None:
+        """Stop the autotuner: the plan then uses the times measured so far and predictions for the rest."""
+        if not self.running or "tuned" in self.session.done:
+            self.notify("not tuning now", title="Tuning", severity="warning")
+            return
+        self.tuning_cancelled = True
+        self.activity = "stopping the tuner…"
+        self._show_stage_bar()
+
     def action_help(self) -> None:
         keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
-        keys += [("enter", "follow a child link / explain a form / select a row"), ("ctrl+p", "command palette")]
+        keys += [("enter", "follow a child link / explain a form / select a row"),
+                 ("tab", "next widget (costs: the matrix, then the variants)"), ("ctrl+p", "command palette")]
         self.push_screen(HelpScreen(keys))
 
     def action_screenshot_svg(self) -> None:

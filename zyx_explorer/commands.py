@@ -11,10 +11,13 @@ COMMANDS = (
     ("Show plan", "tab('plan')"), ("Show source", "tab('source')"), ("Show rewrites", "tab('rewrites')"),
     ("Show results", "tab('results')"), ("Next stage", "stage(1)"), ("Previous stage", "stage(-1)"),
     ("Next iteration", "iteration(1)"), ("Previous iteration", "iteration(-1)"), ("Filter the table", "filter"),
-    ("Sort the table", "sort"), ("Back to the previous class", "back"), ("Mark the form", "mark"),
-    ("Explain the highlighted form", "explain"), ("Pin the highlighted form", "pin"), ("Unpin the class", "unpin"),
-    ("Export the stage (SVG)", "export"), ("Save a screenshot (SVG)", "screenshot_svg"), ("Help", "help"),
+    ("Close the filter", "close_filter"), ("Sort the table", "sort"), ("Back to the previous class", "back"),
+    ("Mark the form", "mark"), ("Explain the highlighted form", "explain"), ("Pin the highlighted form", "pin"),
+    ("Pin the class to the kernel's device", "pin_device"), ("Unpin the class", "unpin"),
+    ("Stop tuning (use what was timed)", "cancel_tuning"), ("Export the stage (SVG)", "export"),
+    ("Save a screenshot (SVG)", "screenshot_svg"), ("Help", "help"), ("Quit", "quit"),
 )
+"""(name, action): every binding of the app has its action here."""
 
 
 class ExplorerCommands(Provider):

@@ -11,19 +11,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from engine import Program, pipeline
+from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.extract import Choice, Extraction, ExtractionError, Pins
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
+from engine.tuning import FAILED, OK, WRONG, TuneResult
 from zyx_explorer.widgets.line_table import Row
 
-KERNELIZED, PLAN = "kernelized", "plan"
+KERNELIZED, TUNED, PLAN = "kernelized", "tuned", "plan"
 
 
 def reached(stage: str, name: str) -> bool:
@@ -114,8 +116,20 @@ class Session:
         return c.plan if c is not None and reached(stage, PLAN) else None
 
     def kernel_times(self, stage: str) -> Mapping[KernelNode, float]:
+        """Seconds of each kernel node: nominal estimates at ``kernelized``, tuned or predicted from ``tuned`` on."""
         c = self.current()
-        return c.kernel_times if c is not None and reached(stage, KERNELIZED) else {}
+        if c is None or not reached(stage, KERNELIZED):
+            return {}
+        return c.kernel_times if reached(stage, TUNED) else c.estimates
+
+    def tuning(self, stage: str) -> Mapping[KernelNode, TuneResult]:
+        c = self.compilation
+        return c.tuning if c is not None and reached(stage, TUNED) else {}
+
+    def variant(self, stage: str, kn: KernelNode) -> Variant:
+        """The variant kernel node ``kn`` launches with as of ``stage`` (the default before tuning)."""
+        c = self.compilation
+        return c.variants.get(kn, DEFAULT_VARIANT) if c is not None and reached(stage, TUNED) else DEFAULT_VARIANT
 
     def candidate(self, cand_id: str) -> Candidate | None:
         c = self.compilation
@@ -259,29 +273,76 @@ def rewrite_rows(eg: EGraph, c: Compilation, upto: int | None = None) -> list[Ro
     return rows
 
 
-def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Extraction | None) -> list[Row]:
-    """Kernel x device: one row per candidate, the estimated/measured seconds on each device; best marked."""
+def chosen_kernels(eg: EGraph, extraction: Extraction | None) -> set[KernelNode]:
+    """The kernel nodes the extraction chose."""
+    params = (eg.node(ch.node).param for ch in (extraction.choices.values() if extraction else ()))
+    return {p for p in params if isinstance(p, KernelNode)}
+
+
+def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Extraction | None,
+              tuning: Mapping[KernelNode, TuneResult], estimated: bool = False) -> list[Row]:
+    """Kernel x device: one row per candidate, each device's seconds marked ``m`` measured (tuned), ``p`` predicted
+    by the cost model or ``e`` nominal estimate (``estimated``), then ``*`` chosen by the plan or ``<`` best."""
     kz, eg = c.kernelization, c.egraph
     if kz is None or eg is None:
         return []
-    by_cand: dict[str, dict[str, float]] = {}
+    by_cand: dict[str, dict[str, tuple[KernelNode, float]]] = {}
     for k, s in times.items():
-        by_cand.setdefault(k.candidate, {})[k.device] = s
-    chosen = {eg.node(ch.node).param for ch in (extraction.choices.values() if extraction else ())
-              if eg.node(ch.node).op == "kernel"}
-    chosen_cands = {(k.candidate, k.device) for k in chosen}  # type: ignore[union-attr]
+        by_cand.setdefault(k.candidate, {})[k.device] = (k, s)
+    chosen = chosen_kernels(eg, extraction)
     rows = []
     for cid, cand in kz.candidates.items():
         row_times = by_cand.get(cid, {})
-        best = min(row_times.values(), default=math.inf)
+        best = min((s for _, s in row_times.values()), default=math.inf)
         cells = [cand.kernel.name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
         for d in c.devices:
-            s = row_times.get(d.name)
-            mark = "*" if (cid, d.name) in chosen_cands else ("<" if s == best and s is not None else " ")
-            cells.append("—" if s is None else f"{seconds_text(s)} {mark}")
-        style = "bold" if any(cd == cid for cd, _ in chosen_cands) else ""
+            if d.name not in row_times:
+                cells.append("—")
+                continue
+            kn, s = row_times[d.name]
+            kind = "e" if estimated else ("m" if kn in tuning and tuning[kn].ok else "p")
+            mark = "*" if kn in chosen else ("<" if s == best else " ")
+            cells.append(f"{seconds_text(s)} {kind}{mark}")
+        style = "bold" if any(k.candidate == cid for k in chosen) else ""
         rows.append(Row(cid, tuple(cells), style, (cand.kernel.name, cand.output, cells[2],
-                                                   *(row_times.get(d.name, math.inf) for d in c.devices))))
+                                                   *(row_times.get(d.name, (None, math.inf))[1] for d in c.devices))))
+    return rows
+
+
+STATUS = {OK: "verified", WRONG: "wrong", FAILED: "failed"}
+
+
+def launched_variant(cand_id: str, times: Mapping[KernelNode, float], chosen: set[KernelNode],
+                     variant_of: Callable[[KernelNode], Variant]) -> tuple[str, Variant] | None:
+    """(device, variant) candidate ``cand_id`` is launched with: the plan's choice, else its fastest device."""
+    mine = [kn for kn in times if kn.candidate == cand_id]
+    if not mine:
+        return None
+    kn = min(mine, key=lambda k: (k not in chosen, times[k], k.device))
+    return kn.device, variant_of(kn)
+
+
+def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mapping[KernelNode, TuneResult],
+                 variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None) -> list[Row]:
+    """Every variant tried of candidate ``cand_id`` on each device, fastest verified first: ``*`` launched,
+    ``<`` best; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
+    rows = []
+    for kn in sorted((k for k in times if k.candidate == cand_id), key=lambda k: k.device):
+        result = tuning.get(kn)
+        if result is None:
+            v = variant_of(kn)
+            mark = "*" if launched == (kn.device, v) else " "
+            rows.append(Row((kn.device, v), (mark, kn.device, str(v), "not tuned", "", seconds_text(times[kn]), "",
+                                             ""), "dim"))
+            continue
+        for t in sorted(result.trials, key=lambda t: (t.status != OK, math.inf if t.seconds is None else t.seconds)):
+            best = result.ok and t.variant == result.best
+            mark = "*" if launched == (kn.device, t.variant) else ("<" if best else " ")
+            reason = t.reason.splitlines()[0] if t.reason else ""
+            style = {OK: "bold" if best else "", WRONG: "red", FAILED: "yellow"}[t.status]
+            rows.append(Row((kn.device, t.variant), (mark, kn.device, str(t.variant), STATUS[t.status],
+                                                     seconds_text(t.seconds), seconds_text(t.predicted), result.cache,
+                                                     reason), style))
     return rows
 
 
@@ -295,6 +356,12 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
         out["saturation"] = f"{s.stop.value} after {len(s.iterations)} iterations, {s.seconds:.3f} s"
     if c.kernelization is not None:
         out["kernels"] = f"{len(c.kernelization.candidates)} candidates, {len(c.kernel_times)} kernel nodes"
+    if c.tuning:
+        trials = sum(len(r.trials) for r in c.tuning.values())
+        hits = sum(r.cache == "hit" for r in c.tuning.values())
+        out["tuning"] = f"{len(c.tuning)} kernels tuned, {trials} variants tried, {hits} from the cache"
+    elif c.done("tuned"):
+        out["tuning"] = "not tuned: cost-model predictions"
     if c.plan is not None:
         launches = len(c.plan.launches())
         out["plan"] = (f"{len(c.plan.steps)} steps ({launches} launches), predicted {seconds_text(c.plan.predicted)}, "

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import math
+import threading
 
-from engine.pipeline import STAGES
+from engine.devices import NumpyDevice
+from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.kernel.attach import KernelNode
+from engine.pipeline import STAGES, Options, compile_stages
+from engine.program.dtypes import DType
+from engine.tuning import FAILED, OK, WRONG, Trial, TuneResult
 from tests.ui.conftest import compiled, plain
+from zyx_explorer import app as app_module
+from zyx_explorer import model
 from zyx_explorer.app import ExplorerApp
+from zyx_explorer.commands import COMMANDS
 from zyx_explorer.screens.help import HelpScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
@@ -19,6 +28,7 @@ from zyx_explorer.widgets.rewrites_table import RewritesTable
 from zyx_explorer.widgets.source_view import SourceView
 from zyx_explorer.widgets.stage_bar import StageBar
 from zyx_explorer.widgets.tensor_detail import TensorDetail
+from zyx_explorer.widgets.variants_table import VariantsTable
 
 SIZE = (140, 40)
 
@@ -383,3 +393,128 @@ class TestOpenCL:
             assert app.session.failed is None and app.session.compilation.verification.ok
             await pilot.press("3")
             assert [col.label for col in app.query_one(CostsTable).columns[3:]] == [d.name[:22] for d in devices]
+
+
+class GatedDevice(NumpyDevice):
+    """A numpy device whose kernel builds wait until the test lets each one through (until ``open``)."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Semaphore(0)
+        self.permits = threading.Semaphore(0)
+        self.open = False
+
+    def compile(self, kernel, variant=DEFAULT_VARIANT):
+        if not self.open:
+            self.waiting.release()
+            self.permits.acquire(timeout=30)
+        return super().compile(kernel, variant)
+
+
+async def _until(pilot, condition, what: str, limit: int = 500) -> None:
+    for _ in range(limit):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"never happened: {what}")
+
+
+class TestTuning:
+    async def test_costs_mark_measured_times_and_list_the_variants_tried(self, app_factory):
+        app = app_factory(options=Options(tune_cache=False))
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            c = app.session.compilation
+            await pilot.press("3")
+            costs, variants = app.query_one(CostsTable), app.query_one(VariantsTable)
+            chosen = c.plan_kernels()
+            assert chosen and all(kn in c.tuning for kn in chosen)
+            row = next(r for r in costs.shown if r.key == chosen[0].candidate)
+            column = 3 + [d.name for d in c.devices].index(chosen[0].device)
+            assert row.cells[column].endswith("m*")  # measured, chosen
+            costs.move_to(chosen[0].candidate)
+            await pilot.pause()
+            mine = [kn for kn in c.kernel_times if kn.candidate == chosen[0].candidate]
+            assert len(variants.shown) == sum(len(c.tuning[kn].trials) if kn in c.tuning else 1 for kn in mine)
+            launched = next(r for r in variants.shown if r.cells[0] == "*")
+            assert launched.key == (chosen[0].device, c.variants[chosen[0]])
+            assert launched.cells[3] == "verified" and launched.cells[6] == "off"
+            await pilot.press("tab", "enter")  # the first variant's OpenCL C
+            assert app._active_tab() == "source"
+            source = app.query_one(SourceView)
+            assert source.variant == variants.shown[0].key and "__kernel void" in source.opencl_source
+            await pilot.press("3", *["left_square_bracket"] * 3)  # kernelized: nominal estimates, no choice
+            assert app.viewed == "kernelized"
+            assert all(cell[-2:] in ("e ", "e<") for r in costs.shown for cell in r.cells[3:])
+            assert all(r.cells[3] == "not tuned" for r in variants.shown)
+
+    async def test_progress_is_shown_live_and_c_stops_tuning(self, app_factory):
+        device = GatedDevice()
+        app = app_factory("residual_mlp.small", devices=[device], options=Options(tune_cache=False))
+        async with app.run_test(size=(180, 40)) as pilot:
+            bar = app.query_one(StageBar)
+            await _until(pilot, lambda: device.waiting.acquire(blocking=False), "the first kernel build")
+            device.permits.release()
+            await _until(pilot, lambda: " on gated 1/12" in str(bar.render()), "the progress line")
+            assert str(bar.render()).count("tuning k_") == 1 and "tuned …" in str(bar.render())
+            await pilot.press("c")
+            assert "stopping the tuner" in str(bar.render())
+            device.open = True
+            device.permits.release()
+            await compiled(pilot)
+            c = app.session.compilation
+            assert len(c.tuning) == 2 < len(c.plan_kernels())  # the second kernel's trial ended, then it stopped
+            assert c.verification.ok and "tuned ✓ (stopped)" in str(bar.render())
+            assert any(n.title == "Tuning" and "2 kernels timed" in n.message for n in app._notifications)
+            await pilot.press("c")  # nothing to stop now
+            assert [n.severity for n in app._notifications if n.title == "Tuning"][-1] == "warning"
+
+    def test_variant_rows_show_every_status_with_its_reason(self):
+        kn = KernelNode("k_1@c3(c1)", "gpu", (4,), DType.F32)
+        fast, slow, bad, broken = (Variant(local_size=n) for n in (64, 32, 16, 8))
+        result = TuneResult("key", "gpu", (Trial(slow, OK, 2e-6, 3e-6), Trial(bad, WRONG, None, 1e-6, "out0: 4 differ"),
+                                           Trial(fast, OK, 1e-6, 2e-6), Trial(broken, FAILED, None, 1e-6, "build\nlog")),
+                            fast, 1e-6, 0.5, "miss")
+        other = KernelNode("k_1@c3(c1)", "numpy", (4,), DType.F32)
+        rows = model.variant_rows("k_1@c3(c1)", {kn: 1e-6, other: 5e-6}, {kn: result},
+                                  lambda k: DEFAULT_VARIANT, ("gpu", slow))
+        assert [r.cells[:4] for r in rows] == [
+            ("<", "gpu", "local=64", "verified"), ("*", "gpu", "local=32", "verified"),
+            (" ", "gpu", "local=16", "wrong"), (" ", "gpu", "local=8", "failed"),
+            (" ", "numpy", "local=auto", "not tuned")]
+        assert rows[0].cells[4:7] == ("1 µs", "2 µs", "miss") and rows[2].cells[7] == "out0: 4 differ"
+        assert rows[3].cells[7] == "build" and rows[4].cells[5] == "5 µs"
+
+
+class TestProblems:
+    async def test_problems_are_a_warning_and_listed_in_results(self, app_factory, monkeypatch):
+        def with_problems(*args, **kwargs):
+            for c in compile_stages(*args, **kwargs):
+                if c.stage == "plan":
+                    c.problems.append("blas failed on k_1: numpy ran it")
+                yield c
+
+        monkeypatch.setattr(app_module, "compile_stages", with_problems)
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            assert [n.severity for n in app._notifications if "problems" in (n.title or "")] == ["warning"]
+            assert "blas failed on k_1: numpy ran it" in plain(app.query_one(ResultsView))
+
+
+class TestEveryAction:
+    def test_every_binding_is_in_the_command_palette(self):
+        actions = {action for _, action in COMMANDS}
+        assert {b.action for b in ExplorerApp.BINDINGS} <= actions
+
+    async def test_the_help_screen_lists_every_binding(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=(140, 60)) as pilot:
+            await pilot.press("question_mark")
+            text = plain(app.screen.query_one("#help-keys"))
+            for b in ExplorerApp.BINDINGS:
+                assert b.description in text
+            await pilot.press("escape")
+            await compiled(pilot)

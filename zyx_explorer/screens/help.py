@@ -12,15 +12,18 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 PANES = (
-    ("Stage bar", "every stage of the compilation; [ ] switch stage, , . scrub the saturation iterations"),
+    ("Stage bar", "every stage of the compilation; [ ] switch stage, , . scrub the saturation iterations; "
+                  "while tuning, the kernel and device being timed (c stops tuning)"),
     ("Classes", "every e-class of the stage; / filters (c12, add, [8, 32], blas, ~fuzzy), s sorts"),
     ("Class detail", "the forms of the class (★ chosen, 📌 pinned); enter on → follows a child, backspace goes "
                      "back; enter on a form explains it against the chosen (or marked, m) form"),
-    ("Costs", "kernel x device seconds (< best, * chosen); enter shows the kernel's source"),
+    ("Costs", "kernel x device seconds (m measured, p predicted, e estimate; < best, * chosen); below, every "
+              "variant tried of the highlighted kernel (verified / wrong / failed, cache); tab moves between them, "
+              "enter shows the OpenCL C"),
     ("Plan", "Allocate / Copy / Launch / Free steps; enter selects the step's class"),
-    ("Source", "the kernel IR and its OpenCL C"),
+    ("Source", "the kernel IR and the OpenCL C of the selected variant (the launched one by default)"),
     ("Rewrites", "the rewrite log; / filters by rule, enter jumps to the merged class"),
-    ("Results", "outputs, their statistics, and the verification against the reference"),
+    ("Results", "headline numbers, problems worked around, outputs, their statistics, and the verification"),
 )
 
 

@@ -1,10 +1,12 @@
-"""The costs pane: kernel candidates x devices, the seconds of each (best `<`, chosen `*`)."""
+"""The costs pane's matrix: kernel candidates x devices, the seconds of each (measured, predicted or estimated)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from zyx_explorer.widgets.line_table import Column, LineTable
+
+LEGEND = "m measured (tuned)   p predicted (cost model)   e nominal estimate   * chosen by the plan   < best of the row"
 
 
 class CostsTable(LineTable):

@@ -1,4 +1,5 @@
-"""The results pane: each output (shape, dtype, stats, first values), the verification, headline numbers."""
+"""The results pane: headline numbers, problems worked around, each output (shape, dtype, stats, first values),
+the verification."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ class ResultsView(Static):
         for key, value in result_summary(c).items():
             stats.add_row(key, str(value))
         parts += [Text("Compilation", "bold underline"), stats, Text("")]
+        if c.problems:
+            parts.append(Text(f"Problems worked around ({len(c.problems)})", "bold underline yellow"))
+            parts += [Text(f"  ! {p}", "yellow") for p in c.problems]
+            parts.append(Text(""))
         if c.execution is None:
             parts.append(Text("not executed yet (the executed stage is still to come)", "dim"))
             self.update(Group(*parts))
