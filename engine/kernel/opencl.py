@@ -49,7 +49,7 @@ import numpy as np
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.index import Div, Idx, Mod, Var, flatten, var
 from engine.kernel.ir import Acc, Bound, Const, Expr, Kernel, Load, Op, Reduce, Where, schedule
-from engine.kernel.lanes import LaneAcc, dependent, flat_reduce, lanes, rewrite, unroll, upcast_axes
+from engine.kernel.lanes import LaneAcc, Lanes, dependent, flat_reduce, lanes, rewrite, unroll, upcast_axes
 from engine.program.dtypes import DType
 from engine.program.primitives import ARITHMETIC_OPS, COMPARE_OPS, LOGIC_OPS, UNARY_OPS
 
@@ -106,12 +106,40 @@ def function_name(kernel: Kernel, variant: Variant) -> str:
     return kernel.name if variant == DEFAULT_VARIANT else f"{kernel.name}_{variant.tag}"
 
 
+def block(variant: Variant) -> tuple[int, int] | None:
+    """(rows, columns) of the 2-D block of work items one work-group covers, or None for row-major order.
+
+    A variant with a register tile (``tile > 1``) and a power-of-two local size lays its work-group out as a
+    block of the two tiled axes, as square as the size allows (256: 16 x 16), so the items of a group share
+    the rows of one operand and the columns of the other in cache.
+    """
+    local = variant.local_size
+    if variant.tile <= 1 or local is None or local < 4 or local & (local - 1):
+        return None
+    columns = 1 << (local.bit_length() // 2)
+    return local // columns, columns
+
+
+def _blocks(kernel: Kernel, variant: Variant, shape: tuple[int, int]) -> tuple[int, int, int]:
+    """(work-groups, blocks along the tile axis, blocks along the upcast axis) of a blocked launch."""
+    plan = lanes(kernel, variant.upcast, variant.tile)
+    last, before = upcast_axes(kernel)
+    i, j = kernel.vars.index(before), kernel.vars.index(last)
+    rows, columns = shape
+    bp, bq = -(-plan.outer[i].size // rows), -(-plan.outer[j].size // columns)
+    others = math.prod(v.size for n, v in enumerate(plan.outer) if n not in (i, j))
+    return others * bp * bq, bp, bq
+
+
 def launch_size(kernel: Kernel, variant: Variant) -> tuple[int, int | None]:
     """(global size, local size or None) of a 1-D launch of ``kernel`` in ``variant``."""
     if variant.group > 1:
         return kernel.numel * variant.group, variant.group
-    n = lanes(kernel, variant.upcast, variant.tile).numel if kernel.numel else 0
     local = variant.local_size
+    shape = block(variant)
+    if shape is not None and kernel.numel and variant_error(kernel, variant) is None:
+        return _blocks(kernel, variant, shape)[0] * local, local
+    n = lanes(kernel, variant.upcast, variant.tile).numel if kernel.numel else 0
     return (n if local is None else math.ceil(n / local) * local), local
 
 
@@ -549,6 +577,35 @@ class _Emitter:
             value = value if all(u.size <= 1 for u in vs[:i]) else f"{value} % {v.size}"
             self.lines.append(f"  const {it} {self.vars[v]} = {value};")
 
+    def blocked(self, plan: Lanes, shape: tuple[int, int]) -> None:
+        """Declare the tiled axes' variables from the work-group's block and the local id (see ``block``).
+
+        The other axes come from the group id (``decompose`` of ``gid``); items past an end return.
+        """
+        k, it = self.kernel, self.itype
+        rows, columns = shape
+        groups, bp, bq = _blocks(k, self.variant, shape)
+        last, before = upcast_axes(k)
+        p, q = plan.outer[k.vars.index(before)], plan.outer[k.vars.index(last)]
+        self.lines.append(f"  const {it} grp = ({it})get_group_id(0);")
+        self.lines.append(f"  const {it} lid = ({it})get_local_id(0);")
+        guards = []
+        row_block = "grp" if bq == 1 else f"(grp / {bq})"
+        row_block = row_block if bp * bq == groups else f"({row_block} % {bp})"
+        col_block = "0" if bq == 1 else f"(grp % {bq})"
+        for v, value, n in ((p, f"{row_block} * {rows} + lid / {columns}", bp * rows),
+                            (q, f"{col_block} * {columns} + lid % {columns}", bq * columns)):
+            name = self.vars[v]
+            self.lines.append(f"  const {it} {name} = {value};")
+            if n > v.size:
+                guards.append(f"{name} >= {v.size}")
+        if guards:
+            self.lines.append(f"  if ({' || '.join(guards)}) return;")
+        others = tuple(Var(v.name, 1) if v in (p, q) else v for v in plan.outer)
+        if any(v.size > 1 for v in others):
+            self.lines.append(f"  const {it} gid = grp / {bp * bq};")
+            self.decompose("gid", others)
+
     def body(self) -> None:
         """Work item -> lanes (or work-group -> point), the reduce, the outputs and their stores."""
         k, it = self.kernel, self.itype
@@ -562,14 +619,19 @@ class _Emitter:
             plan = lanes(k, 1, 1)
         else:
             plan = lanes(k, self.variant.upcast, self.variant.tile)
-            self.lines.append(f"  if (get_global_id(0) >= {plan.numel}) return;")
+            shape = block(self.variant)
+            if shape is None:
+                self.lines.append(f"  if (get_global_id(0) >= {plan.numel}) return;")
             if k.numel == 0:
                 return
             for u, v in zip(plan.outer, k.vars):
                 self.vars[u] = self.vars[v]
-            if any(v.size > 1 for v in plan.outer):
-                self.lines.append(f"  const {it} gid = ({it})get_global_id(0);")
-            self.decompose("gid", plan.outer)
+            if shape is not None:
+                self.blocked(plan, shape)
+            else:
+                if any(v.size > 1 for v in plan.outer):
+                    self.lines.append(f"  const {it} gid = ({it})get_global_id(0);")
+                self.decompose("gid", plan.outer)
             if k.reduce is not None:
                 self.reduce([rewrite([k.reduce.body], lane.subst)[0] for lane in plan.lanes])
         outputs = [rewrite(list(k.outputs), lane.subst, LaneAcc(i, k.reduce.dtype) if k.reduce else None)

@@ -14,6 +14,8 @@ FACTORS = (1, 2, 4, 8)
 GROUPS = (0, 16, 32, 64, 128, 256, 512, 1024)
 SMALL_OUTPUT = 4096
 """Kernels with at most this many output points and a long reduce get group-reduce seeds."""
+GPU_SMALL_OUTPUT = 1 << 17
+"""The same on a GPU, where a reduce per work item reads rows far apart (uncoalesced)."""
 
 
 def valid(kernel: Kernel, v: Variant) -> bool:
@@ -57,11 +59,14 @@ def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
     out = [DEFAULT_VARIANT, Variant(local_size=local, upcast=4)]
     if red is not None:
         out.append(Variant(local_size=local, unroll=4))
-        if kernel.numel <= SMALL_OUTPUT and red.size >= 256:
+        if kernel.numel <= (GPU_SMALL_OUTPUT if gpu else SMALL_OUTPUT) and red.size >= 256:
             out += [Variant(group=256), Variant(group=1024 if gpu else 64)]
         _, before = upcast_axes(kernel)
         if before is not None:
             out += [Variant(local_size=local, upcast=4, tile=4), Variant(local_size=local, upcast=4, tile=2, unroll=2)]
+            if gpu:  # 2-D blocked work-groups (opencl.block): 64 x 64 and 128 x 64 outputs per group
+                out += [Variant(local_size=256, upcast=4, tile=4, unroll=4),
+                        Variant(local_size=256, upcast=4, tile=8, unroll=2)]
     elif gpu:
         out.append(Variant(local_size=256))
     return [v for v in dict.fromkeys(out) if valid(kernel, v)]

@@ -498,6 +498,9 @@ VARIANTS = [
     Variant(unroll=2),
     Variant(unroll=8),
     Variant(tile=2, unroll=4),
+    Variant(local_size=16, upcast=4, tile=2, unroll=2),
+    Variant(local_size=64, upcast=2, tile=3),
+    Variant(local_size=8, tile=2),
     Variant(group=16),
     Variant(group=64),
 ]
@@ -574,6 +577,8 @@ def test_variant_source_shapes():
     src = generate(k, Variant(group=64))
     assert "__local float zx_part[64]" in src and "reqd_work_group_size(64, 1, 1)" in src and "barrier" in src
     assert generate(k).count("__kernel void k_") == 1 and "vload" not in generate(k)
+    src = generate(k, Variant(local_size=16, upcast=4, tile=2))  # a 4 x 4 block of work items per group
+    assert "get_group_id(0)" in src and "lid / 4" in src and "if (g0 >= 7 || g1 >= 3) return;" in src
 
 
 def test_invalid_variants(device):
