@@ -203,14 +203,15 @@ class ExplorerApp(App):
 
     @on(TuneProgress)
     def _tuning(self, message: TuneProgress) -> None:
-        if self.running and "tuned" not in self.session.done:
-            self.activity = message.text
+        if self.tuning_now:
+            self.activity = "stopping the tuner…" if self.tuning_cancelled else message.text
             self._show_stage_bar()
 
     @on(StageDone)
     def _stage_done(self, message: StageDone) -> None:
-        if message.stage == "tuned":
+        if message.stage in ("kernelized", "tuned"):
             self.activity = None
+            self.refresh_bindings()
         if not message.stage:
             self.running = False
             self._report_end()
@@ -631,17 +632,24 @@ class ExplorerApp(App):
         message = ("wrote " + ", ".join(map(str, paths)) if paths else "nothing written") + (f" ({notes})" if notes else "")
         self.call_from_thread(self.notify, message, title="Export", severity="information" if paths else "warning")
 
+    @property
+    def tuning_now(self) -> bool:
+        """Whether the tuned stage is running (and can still be stopped)."""
+        return self.running and "kernelized" in self.session.done and "tuned" not in self.session.done
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``c`` (stop tuning) shows in the footer only while tuning."""
+        return self.tuning_now and not self.tuning_cancelled if action == "cancel_tuning" else True
+
     def action_cancel_tuning(self) -> None:
         """Stop the autotuner: the plan then uses the times measured so far and predictions for the rest."""
-        if not self.running or "tuned" in self.session.done:
-            self.notify("not tuning now", title="Tuning", severity="warning")
-            return
         self.tuning_cancelled = True
+        self.refresh_bindings()
         self.activity = "stopping the tuner…"
         self._show_stage_bar()
 
     def action_help(self) -> None:
-        keys = [(b.key_display or b.key, b.description) for b in self.BINDINGS if isinstance(b, Binding)]
+        keys = [(self.get_key_display(b), b.description) for b in self.BINDINGS if isinstance(b, Binding)]
         keys += [("enter", "follow a child link / explain a form / select a row"),
                  ("tab", "next widget (costs: the matrix, then the variants)"), ("ctrl+p", "command palette")]
         self.push_screen(HelpScreen(keys))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import pytest
@@ -45,3 +46,14 @@ def plain(widget, width: int = 200) -> str:
 @pytest.fixture
 def app_factory(tmp_path):
     return lambda name="mlp.small", **kw: make_app(name, tmp_path, **kw)
+
+
+def freeze_measurements(app: ExplorerApp) -> None:
+    """Zero what this machine measured (saturation and step seconds) so that snapshots repeat anywhere."""
+    c = app.session.compilation
+    if c.saturation is not None:
+        c.saturation.seconds = 0.0
+    if c.execution is not None:
+        c.execution = dataclasses.replace(c.execution, step_times=tuple(0.0 for _ in c.execution.step_times))
+    app._rows_key = ()
+    app._refresh()
