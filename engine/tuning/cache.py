@@ -2,15 +2,21 @@
 
 An entry is keyed by ``kernel.key | device name | driver version`` and holds the
 whole tuning result (every trial).  A file that cannot be read as a cache is
-reported (``CacheWarning`` and ``status``) and rebuilt on the next write.
+reported (``CacheWarning`` and ``status``) and rebuilt on the next write; an entry
+that is not an object is dropped alone.  Writers (threads or processes) take a lock
+file beside the cache, re-read it and merge before replacing it, so none loses
+another's entries.  A cache that cannot be written (a read-only folder, a full disk)
+is reported the same way and the entries stay in memory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,19 +71,26 @@ class TuneCache:
         except FileNotFoundError:
             self.status[device.name] = "missing"
             return {}
+        except OSError as e:  # unreadable (permissions): tune without it
+            return self._warn(device, "corrupt", f"cannot be read ({e.strerror})")
         try:
             data = json.loads(text)
             if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
                 raise ValueError("not a tuning cache of format 1")
-            entries = data["entries"]
-            if not all(isinstance(e, dict) for e in entries.values()):
-                raise ValueError("an entry is not an object")
-        except ValueError as e:  # json.JSONDecodeError is a ValueError
-            self.status[device.name] = f"corrupt: {e}"
-            warnings.warn(CacheWarning(f"tuning cache {path} is corrupt ({e}); rebuilding it"), stacklevel=3)
-            return {}
+        except (ValueError, RecursionError) as e:  # json.JSONDecodeError is a ValueError
+            return self._warn(device, "corrupt", f"is corrupt ({e}); rebuilding it")
+        entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
+        bad = len(data["entries"]) - len(entries)
+        if bad:
+            return self._warn(device, "corrupt", f"has {bad} malformed entr{'y' if bad == 1 else 'ies'} (dropped)",
+                              entries)
         self.status[device.name] = "ok"
         return entries
+
+    def _warn(self, device: Device, state: str, why: str, entries: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.status[device.name] = f"{state}: {why}"
+        warnings.warn(CacheWarning(f"tuning cache {self.path(device)} {why}"), stacklevel=4)
+        return entries or {}
 
     def _entries(self, device: Device) -> dict[str, Any]:
         if device.name not in self.entries:
@@ -88,17 +101,38 @@ class TuneCache:
         return self._entries(device).get(key(kernel, device))
 
     def put(self, kernel: Kernel, device: Device, entry: dict[str, Any]) -> None:
-        """Store ``entry`` and rewrite the device's file (merged with what another process wrote meanwhile)."""
+        """Store ``entry`` and rewrite the device's file, merged (under the lock) with what others wrote meanwhile.
+
+        A file that cannot be written is reported (``CacheWarning``, ``status`` ``unwritable: ...``), never raised.
+        """
         mine = self._entries(device)
         mine[key(kernel, device)] = entry
-        if self.status.get(device.name) == "ok":
-            on_disk = self._read(device)
-            mine.update({k: v for k, v in on_disk.items() if k not in mine})
-        self.write(device)
+        try:
+            with self._lock(device):
+                with warnings.catch_warnings():  # the corruption, if any, was reported when first read
+                    warnings.simplefilter("ignore", CacheWarning)
+                    on_disk = self._read(device)
+                mine.update({k: v for k, v in on_disk.items() if k not in mine})
+                self.write(device)
+        except OSError as e:
+            self._warn(device, "unwritable", f"cannot be written ({e.strerror or e}); results stay in memory")
+
+    @contextlib.contextmanager
+    def _lock(self, device: Device) -> Iterator[None]:
+        """An exclusive lock on the device's file (``flock`` on a lock file beside it) for a read-merge-write."""
+        import fcntl
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.path(device)
+        with open(path.with_name(f".{path.name}.lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def write(self, device: Device) -> None:
-        """Atomically replace the device's file by its loaded entries."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Atomically replace the device's file by its loaded entries (raises OSError if it cannot)."""
         path = self.path(device)
         data = {"format": FORMAT, "device": device.name, "driver": driver(device), "entries": self._entries(device)}
         write_atomic(path, json.dumps(data, indent=1, sort_keys=True))

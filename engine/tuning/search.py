@@ -2,12 +2,16 @@
 
 Each round builds all of its candidates in one program (``compile_many``),
 then verifies each against the numpy evaluator and times it.  Wrong variants
-and those that fail to build are recorded with the reason, never chosen.
+and those that fail to build or launch are recorded with the reason, never chosen;
+when none verifies, the result's ``seconds`` is infinite (extraction then takes
+another device).  A device that is lost (``device.lost`` set) ends the search at once.
 Devices without variants (numpy, blas) time their one default variant.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,28 +71,36 @@ class TuneResult:
     trials: tuple[Trial, ...]
     best: Variant
     seconds: float
-    """The best variant's median time (its prediction when nothing verified)."""
+    """The best variant's median time; infinite when nothing verified (the kernel cannot run here)."""
     elapsed: float
     """Seconds the search took (0 for a cache hit)."""
     cache: str = "off"
     """``hit``, ``miss``, ``corrupt`` (read failed: rebuilt) or ``off``."""
     cancelled: bool = False
     ok: bool = True
-    """Whether some variant verified (if not, ``best`` is the default and ``seconds`` a prediction)."""
+    """Whether some variant verified (if not, ``best`` is the default and ``seconds`` infinite)."""
 
     @property
     def default(self) -> Trial | None:
         return next((t for t in self.trials if t.variant == DEFAULT_VARIANT), None)
 
+    @property
+    def failure(self) -> str:
+        """Why nothing verified: the first reason recorded (empty when ``ok``)."""
+        return "" if self.ok else next((t.reason for t in self.trials if t.reason), "no variant was tried")
+
     def to_json(self) -> dict[str, Any]:
-        return {"best": self.best.to_json(), "seconds": self.seconds, "elapsed": self.elapsed, "ok": self.ok,
-                "trials": [t.to_json() for t in self.trials]}
+        return {"best": self.best.to_json(), "seconds": self.seconds if self.ok else None, "elapsed": self.elapsed,
+                "ok": self.ok, "trials": [t.to_json() for t in self.trials]}
 
     @staticmethod
     def from_json(kernel: str, device: str, data: dict[str, Any], cache: str) -> TuneResult:
+        ok = bool(data.get("ok", True))
+        seconds = float(data["seconds"]) if ok else math.inf
+        if not math.isfinite(seconds) and ok:
+            raise ValueError(f"a verified result with {seconds} seconds")
         return TuneResult(kernel, device, tuple(Trial.from_json(t) for t in data["trials"]),
-                          Variant.from_json(data["best"]), float(data["seconds"]), 0.0, cache, False,
-                          bool(data.get("ok", True)))
+                          Variant.from_json(data["best"]), seconds, 0.0, cache, False, ok)
 
 
 @dataclass(frozen=True)
@@ -121,7 +133,7 @@ class _Search:
         if self.cancel is not None and self.cancel():
             self.cancelled = True
         out_of_time = time.perf_counter() - self.start >= self.budget.seconds
-        return self.cancelled or out_of_time or len(self.trials) >= self.budget.variants
+        return self.cancelled or out_of_time or len(self.trials) >= self.budget.variants or lost(self.device)
 
     def run(self, bench: Bench, candidates: list[Variant]) -> None:
         """Build ``candidates`` together, then verify and time each until the budget runs out."""
@@ -129,7 +141,8 @@ class _Search:
         room = self.budget.variants - len(self.trials)
         candidates = [v for v in candidates if v not in self.trials][: max(room, 0)]
         if batch is not None and len(candidates) > 1 and not self.stop():
-            batch([(self.kernel, v) for v in candidates])
+            with contextlib.suppress(Exception):  # each variant's own compile() below records the failure
+                batch([(self.kernel, v) for v in candidates])
         for v in candidates:
             if self.stop():
                 return
@@ -164,6 +177,11 @@ def _first_lines(text: str, n: int = 6) -> str:
     return "\n".join(text.strip().splitlines()[:n])
 
 
+def lost(device: Device) -> bool:
+    """Whether ``device`` stopped working (an OpenCL device sets ``lost`` to the reason)."""
+    return bool(getattr(device, "lost", None))
+
+
 def tunable(device: Device) -> bool:
     """Whether ``device`` has variants to search (OpenCL devices do; numpy and blas run one default)."""
     return hasattr(device, "variant_error")
@@ -193,7 +211,12 @@ def tune(
             except (KeyError, TypeError, ValueError):
                 state = "corrupt"  # a malformed entry: tune again and overwrite it
     search = _Search(kernel, device, budget, progress, cancel)
-    bench = Bench(device, kernel)
+    try:
+        bench = Bench(device, kernel)
+    except Exception as e:  # the inputs cannot even be uploaded (the device is lost, out of memory)
+        search.trials[DEFAULT_VARIANT] = Trial(DEFAULT_VARIANT, FAILED, None, predict(kernel, device, DEFAULT_VARIANT),
+                                               _first_lines(f"upload: {e}"))
+        return _result(kernel, device, search, state)
     try:
         if not tunable(device):
             search.run(bench, [DEFAULT_VARIANT])
@@ -215,7 +238,7 @@ def tune(
     finally:
         bench.close()
     result = _result(kernel, device, search, state)
-    if cache is not None and not result.cancelled and result.trials:
+    if cache is not None and not result.cancelled and result.trials and not lost(device):
         cache.put(kernel, device, result.to_json())
     return result
 
@@ -228,8 +251,7 @@ def _result(kernel: Kernel, device: Device, search: _Search, state: str) -> Tune
         best = ranked[0]
         assert best.seconds is not None
         return TuneResult(kernel.key, device.name, trials, best.variant, best.seconds, elapsed, state, search.cancelled)
-    seconds = predict(kernel, device, DEFAULT_VARIANT)
-    return TuneResult(kernel.key, device.name, trials, DEFAULT_VARIANT, seconds, elapsed, state, search.cancelled, False)
+    return TuneResult(kernel.key, device.name, trials, DEFAULT_VARIANT, math.inf, elapsed, state, search.cancelled, False)
 
 
 class Tuner:
