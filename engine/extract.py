@@ -218,7 +218,9 @@ def _problem(
             elif op == "kernel":
                 assert isinstance(param, KernelNode)
                 pool = device_pools[param.device]
-                kernels.append(((cls.id, pool), Producer(n, kernel_time(param), tuple((ch, pool) for ch in children))))
+                seconds = kernel_time(param)
+                if math.isfinite(seconds):  # an infinite time: the kernel cannot run there (it failed)
+                    kernels.append(((cls.id, pool), Producer(n, seconds, tuple((ch, pool) for ch in children))))
             elif op == "to_device":
                 nbytes = cls.numel * cls.dtype.itemsize
                 dst = param.pool  # type: ignore[attr-defined]

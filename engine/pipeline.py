@@ -13,6 +13,7 @@ are never built.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -22,11 +23,13 @@ from engine.devices.base import DEFAULT_VARIANT, HOST, Device, Variant
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
 from engine.extract import EXTRACTORS, Extraction, Pin
 from engine.kernel.attach import Attached, KernelNode, attach
+from engine.kernel.ir import Kernel
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
-from engine.plan import ExecPlan, Execution, build_plan, execute
+from engine.plan import ExecPlan, Execution, Launch, StepError, build_plan, execute
 from engine.program.program import Program
 from engine.program.reference import evaluate
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, predict, suggest
+from engine.tuning.search import lost
 
 STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
 
@@ -204,13 +207,30 @@ def tune_plan(c: Compilation, tuner: Tuner, rounds: int) -> None:
         if not used:
             break
         for kn in used:
-            result = tuner.tune(_kernel(c, kn), by_name[kn.device])
+            device = by_name[kn.device]
+            result = tuner.tune(_kernel(c, kn), device)
             if result.cancelled:
                 return
             c.tuning[kn] = result
             c.variants[kn] = result.best
-            c.kernel_times[kn] = result.seconds  # type: ignore[index]
+            c.kernel_times[kn] = result.seconds  # type: ignore[index]  # inf when no variant ran
+            if lost(device):
+                _avoid(c, kn.device, f"device {kn.device} was lost while tuning ({device.lost})")  # type: ignore[attr-defined]
+            elif not result.ok:
+                c.problems.append(f"{kn}: no variant ran ({result.failure.splitlines()[0]}); extraction avoids it")
     c.extraction = c.plan = None
+
+
+def _avoid(c: Compilation, device: str, why: str, kernel: Kernel | None = None) -> bool:
+    """Make ``kernel``'s nodes on ``device`` (every kernel of it, if None) infinitely slow, noting ``why``;
+    False when none was still usable."""
+    hit = [kn for kn, t in c.kernel_times.items() if kn.device == device and math.isfinite(t)
+           and (kernel is None or _kernel(c, kn).key == kernel.key)]
+    for kn in hit:
+        c.kernel_times[kn] = math.inf  # type: ignore[index]
+    if hit:
+        c.problems.append(why + ("; its kernels are not used" if kernel is None else "; re-planned without it"))
+    return bool(hit)
 
 
 def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
@@ -228,7 +248,17 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
     program = compilation.program
     assert compilation.plan is not None
     values = dict(program.input_values() if inputs is None else inputs)
-    execution = execute(compilation.plan, compilation.devices, values)
+    by_name = {d.name: d for d in compilation.devices}
+    while True:  # a step that fails: re-plan without its kernel (or its device, if lost) and run again
+        try:
+            execution = execute(compilation.plan, compilation.devices, values)
+            break
+        except StepError as e:
+            device = by_name.get(e.device)
+            kernel = e.step.kernel if isinstance(e.step, Launch) and not lost(device) else None
+            if device is None or not _avoid(compilation, e.device, f"{e} at run time", kernel):
+                raise
+            extract(compilation)
     reference = evaluate(program.lower(), values)
     compilation.execution = execution
     compilation.verification = verify(execution.outputs, reference, program)

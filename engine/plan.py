@@ -3,11 +3,13 @@
 Values (a class in a memory pool) are produced in dependency order; a buffer is
 freed right after its last reader, except the program's outputs, which end in
 the host pool and are returned.  Executing a plan on real devices returns the
-outputs and the measured time of every step.
+outputs and the measured time of every step; a step that fails raises StepError
+naming it and its device (the pipeline then re-plans around it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -166,6 +168,23 @@ def _dependencies(egraph: EGraph, extraction: Extraction, value: Value) -> list[
     return [(ch, value[1]) for ch in children] if op == "kernel" else []
 
 
+class StepError(RuntimeError):
+    """Step ``index`` of a plan failed on device ``device`` (its pool's device for a copy or allocation)."""
+
+    def __init__(self, index: int, step: Step, device: str, cause: Exception) -> None:
+        first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        super().__init__(f"step {index} ({type(step).__name__.lower()}) on {device}: {first}")
+        self.index, self.step, self.device, self.cause = index, step, device, cause
+
+
+def _step_device(step: Step, by_pool: Mapping[str, Device]) -> str:
+    """The device a step runs on: a launch's, else that of the device pool it touches (``host`` if none)."""
+    if isinstance(step, Launch):
+        return step.device
+    pools = (step.source[1], step.target[1]) if isinstance(step, Copy) else (step.value[1],)
+    return next((by_pool[p].name for p in pools if p in by_pool), HOST)
+
+
 @dataclass(frozen=True)
 class Execution:
     """Outputs of running a plan, and the measured seconds of each step (0 for allocations and frees)."""
@@ -179,30 +198,53 @@ class Execution:
 
 
 def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray]) -> Execution:
-    """Run every step of ``plan``; inputs are host arrays by program input name."""
-    by_name = {d.name: d for d in devices}
-    by_pool = {d.pool: d for d in devices if d.pool != HOST}
-    handles: dict[Value, Any] = {}
-    compiled: dict[tuple[str, str, Variant], Any] = {}
-    copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
+    """Run every step of ``plan``; inputs are host arrays by program input name.
+
+    Raises StepError when a step fails (after freeing the device buffers it holds).
+    """
+    run = _Run(plan, devices, inputs)
     for device in devices:  # devices that build programs build all of the plan's kernels at once
         batch = getattr(device, "compile_many", None)
         if batch is not None:
-            batch([(s.kernel, s.variant) for s in plan.launches() if s.device == device.name])
+            with contextlib.suppress(Exception):  # a failing kernel's own compile() reports it, at its step
+                batch([(s.kernel, s.variant) for s in plan.launches() if s.device == device.name])
     times: list[float] = []
-    for step in plan.steps:
-        seconds = 0.0
+    for index, step in enumerate(plan.steps):
+        try:
+            times.append(run.step(step))
+        except Exception as e:
+            run.release()
+            raise StepError(index, step, _step_device(step, run.by_pool), e) from e
+    outputs = {name: np.asarray(run.handles[v]).reshape(_shape(plan, v)) for name, v in plan.outputs.items()}
+    return Execution(outputs, tuple(times))
+
+
+class _Run:
+    """The state of one execution: live buffers by value, kernels compiled so far."""
+
+    def __init__(self, plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray]) -> None:
+        self.by_name = {d.name: d for d in devices}
+        self.by_pool = {d.pool: d for d in devices if d.pool != HOST}
+        self.inputs = inputs
+        self.handles: dict[Value, Any] = {}
+        self.compiled: dict[tuple[str, str, Variant], Any] = {}
+        self.copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
+
+    def step(self, step: Step) -> float:
+        """Run ``step``; its measured seconds (0 for allocations and frees)."""
+        handles, by_pool = self.handles, self.by_pool
         if isinstance(step, Allocate):
             pool = step.value[1]
             if step.input is not None:
-                handles[step.value] = np.ascontiguousarray(inputs[step.input], step.buffer.dtype.numpy)
-            elif step.value in copied:
+                handles[step.value] = np.ascontiguousarray(self.inputs[step.input], step.buffer.dtype.numpy)
+            elif step.value in self.copied:
                 pass
             elif pool == HOST:
                 handles[step.value] = np.empty(step.buffer.shape, step.buffer.dtype.numpy)
             else:
                 handles[step.value] = by_pool[pool].alloc(step.buffer)
-        elif isinstance(step, Copy):
+            return 0.0
+        if isinstance(step, Copy):
             start = time.perf_counter()
             src, dst = step.source[1], step.target[1]
             data = handles[step.source] if src == HOST else by_pool[src].download(handles[step.source], step.buffer)
@@ -210,23 +252,28 @@ def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.n
                 handles[step.target] = np.asarray(data).reshape(step.buffer.shape)
             else:
                 handles[step.target] = by_pool[dst].upload(np.ascontiguousarray(data))
-            seconds = time.perf_counter() - start
-        elif isinstance(step, Launch):
-            device = by_name[step.device]
+            return time.perf_counter() - start
+        if isinstance(step, Launch):
+            device = self.by_name[step.device]
             key = (step.kernel.key, step.device, step.variant)
-            if key not in compiled:
-                compiled[key] = device.compile(step.kernel, step.variant)
+            if key not in self.compiled:
+                self.compiled[key] = device.compile(step.kernel, step.variant)
             ins = [handles[v] for v in step.inputs]
             outs = [handles[v] for v in step.outputs]
-            seconds = device.launch(compiled[key], ins, outs)
-        else:
-            pool = step.value[1]
-            handle = handles.pop(step.value)
+            return device.launch(self.compiled[key], ins, outs)
+        pool = step.value[1]
+        handle = handles.pop(step.value)
+        if pool != HOST:
+            by_pool[pool].free(handle)
+        return 0.0
+
+    def release(self) -> None:
+        """Free every device buffer still held (after a failure; errors freeing are ignored)."""
+        for (_, pool), handle in self.handles.items():
             if pool != HOST:
-                by_pool[pool].free(handle)
-        times.append(seconds)
-    outputs = {name: np.asarray(handles[v]).reshape(_shape(plan, v)) for name, v in plan.outputs.items()}
-    return Execution(outputs, tuple(times))
+                with contextlib.suppress(Exception):
+                    self.by_pool[pool].free(handle)
+        self.handles.clear()
 
 
 def _shape(plan: ExecPlan, value: Value) -> tuple[int, ...]:

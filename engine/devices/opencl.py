@@ -6,11 +6,18 @@ few bytes, so empty tensors have a handle too).  Launches use a 1-D range of
 work items (``launch_size``: one per point, per upcast tile or per group
 member), rounded up to the variant's local size, and report the event's
 profiled device time.
+
+A device that stops answering (removed, reset, a driver failure: OpenCL's
+DEVICE_NOT_AVAILABLE and kin) is marked ``lost``; from then on every operation
+on it raises DeviceLostError at once, and the tuner and planner stop using it.
+``fault`` is the hook tests inject failures through.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +54,18 @@ class KernelBuildError(RuntimeError):
         super().__init__(message)
         self.source = source
         self.log = log
+
+
+class DeviceLostError(RuntimeError):
+    """The device stopped working; nothing more runs on it."""
+
+
+_LOST_CODES = frozenset({-1, -2, -34, -36})
+"""DEVICE_NOT_FOUND, DEVICE_NOT_AVAILABLE, INVALID_CONTEXT, INVALID_COMMAND_QUEUE: the device is gone."""
+
+Fault = Callable[[str, Any], None]
+"""Called before each ``build`` (with the source), ``launch`` (with the OpenCLKernel) and ``transfer`` (None);
+what it raises, the operation raises (a DeviceLostError marks the device lost)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +136,27 @@ class OpenCLDevice:
         self.builds = 0
         """How many programs were built (cache misses)."""
         self.nominal = nominal(device)
+        self.lost: str | None = None
+        """Why the device stopped working, once it has (then every operation raises DeviceLostError)."""
+        self.fault: Fault | None = None
+
+    @contextmanager
+    def _guard(self, what: str, detail: Any = None) -> Iterator[None]:
+        """Run an operation: refused once lost; an error meaning the device is gone marks it lost."""
+        if self.lost is not None:
+            raise DeviceLostError(f"{self.name} is lost ({self.lost})")
+        try:
+            if self.fault is not None:
+                self.fault(what, detail)
+            yield
+        except DeviceLostError as e:
+            self.lost = f"{what}: {e}"
+            raise
+        except cl.Error as e:
+            if _code(e) not in _LOST_CODES:
+                raise
+            self.lost = f"{what}: {e}"
+            raise DeviceLostError(f"{self.name} was lost during {what}: {e}") from e
 
     def __repr__(self) -> str:
         return f"OpenCLDevice({self.name!r})"
@@ -148,11 +188,14 @@ class OpenCLDevice:
         program = self.programs.get(source)
         if program is None:
             self.builds += 1
-            try:
-                program = cl.Program(self.context, source).build()
-            except cl.Error as e:  # RuntimeError carries the log in its message
-                log = _build_log(e)
-                raise KernelBuildError(f"OpenCL build failed on {self.name}:\n{log}", source, log) from e
+            with self._guard("build", source):
+                try:
+                    program = cl.Program(self.context, source).build()
+                except cl.Error as e:  # RuntimeError carries the log in its message
+                    if _code(e) in _LOST_CODES:
+                        raise
+                    log = _build_log(e)
+                    raise KernelBuildError(f"OpenCL build failed on {self.name}:\n{log}", source, log) from e
             self.programs[source] = program
         return program
 
@@ -203,21 +246,24 @@ class OpenCLDevice:
         return OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)))
 
     def alloc(self, buffer: Buffer) -> Any:
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(buffer.nbytes, _MIN_BYTES))
+        with self._guard("transfer"):
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(buffer.nbytes, _MIN_BYTES))
 
     def upload(self, array: np.ndarray) -> Any:
         data = np.ascontiguousarray(array)
-        if data.nbytes < _MIN_BYTES:
-            handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, _MIN_BYTES)
-            if data.nbytes:
-                cl.enqueue_copy(self.queue, handle, data).wait()
-            return handle
-        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
+        with self._guard("transfer"):
+            if data.nbytes < _MIN_BYTES:
+                handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, _MIN_BYTES)
+                if data.nbytes:
+                    cl.enqueue_copy(self.queue, handle, data).wait()
+                return handle
+            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
 
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
         out = np.empty(buffer.shape, buffer.dtype.numpy)
-        if out.nbytes:
-            cl.enqueue_copy(self.queue, out, handle).wait()
+        with self._guard("transfer"):
+            if out.nbytes:
+                cl.enqueue_copy(self.queue, out, handle).wait()
         return out
 
     def free(self, handle: Any) -> None:
@@ -230,9 +276,11 @@ class OpenCLDevice:
         if kernel.numel == 0:
             return 0.0
         size, local = launch_size(kernel, compiled.variant)
-        compiled.function.set_args(*inputs, *outputs)
-        event = cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,), None if local is None else (local,))
-        event.wait()
+        with self._guard("launch", compiled):
+            compiled.function.set_args(*inputs, *outputs)
+            event = cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,),
+                                               None if local is None else (local,))
+            event.wait()
         return (event.profile.end - event.profile.start) * 1e-9
 
     def estimate(self, kernel: Kernel) -> float:
@@ -243,6 +291,14 @@ class OpenCLDevice:
     def transfer_estimate(self, nbytes: int) -> float:
         n = self.nominal
         return n.transfer_overhead + nbytes / n.transfer_bandwidth
+
+
+def _code(error: Exception) -> int | None:
+    """The OpenCL status code of a ``pyopencl.Error`` (None when it carries none)."""
+    try:
+        return int(error.code)  # type: ignore[attr-defined]
+    except (AttributeError, TypeError, ValueError):
+        return None
 
 
 def _build_log(error: Exception) -> str:
