@@ -62,7 +62,8 @@ def _main_parser() -> argparse.ArgumentParser:
             "  export FILE -o OUTDIR   write every stage as Graphviz (svg/png/pdf/dot) + report.html/.md "
             "(zyx-explore export --help)\n"
             "  extract EGRAPH.json     greedy, DAG and ILP extraction of an egraph-serialize file "
-            "(zyx-explore extract --help)\n\n"
+            "(zyx-explore extract --help)\n"
+            "  serialize FILE -o OUT   write a stage's e-graph as egraph-serialize JSON (zyx-explore serialize --help)\n\n"
             "FILE may also be an egraph-serialize JSON e-graph (egg, egglog, extraction-gym): it is detected\n"
             "and opened in the foreign e-graph view (classes, forms with costs, the three extractors)."
         ),
@@ -399,6 +400,54 @@ def _extract_parser() -> argparse.ArgumentParser:
     return parser
 
 
+SERIALIZED_STAGES = ("egraph", "saturated", "kernelized", "tuned")
+
+
+def _serialize_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zyx-explore serialize",
+        description="Compile FILE up to a stage and write its e-graph as egraph-serialize JSON (for egg/egglog tools, "
+        "extraction-gym, egraph-visualizer). egraph and saturated: every class and node, each node costing 1. "
+        "kernelized and tuned: the extraction problem, a class per value (class@pool) whose nodes are its kernels and "
+        "copies costing their microseconds (nominal estimates, or tuned/predicted times), structural forms subsumed.",
+    )
+    parser.add_argument("file", type=Path, help="the graph.json file")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="the JSON file to write")
+    parser.add_argument("--stage", choices=SERIALIZED_STAGES, default="tuned", help="the stage (default tuned)")
+    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    _compile_arguments(parser)
+    return parser
+
+
+def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``serialize``: compile up to ``--stage`` and write that e-graph as egraph-serialize JSON."""
+    import json
+
+    from engine.devices import discover
+    from engine.fileio import write_atomic
+    from engine.interop import egraph_document, problem_document
+    from engine.pipeline import compile_stages, transfer_estimate
+
+    if args.output.exists() and not args.force:
+        err.print(f"[bold red]error[/bold red]: {args.output} exists; use --force to replace it")
+        return EXIT_BAD_INPUT
+    program = load(args.file)
+    options = _options(args)
+    with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
+        for c in compile_stages(program, discover(opencl=not args.no_opencl), options):
+            if c.stage == args.stage:
+                break
+    assert c.egraph is not None
+    if args.stage in ("egraph", "saturated"):
+        egraph = c.egraph.prefix(*c.lowered) if args.stage == "egraph" else c.egraph
+        doc = egraph_document(egraph)
+    else:
+        doc = problem_document(c.egraph, c.device_pools, c.kernel_times.__getitem__, transfer_estimate(c.devices))
+    write_atomic(args.output, json.dumps(doc, indent=1, allow_nan=False))
+    console.print(f"[green]wrote[/green] {args.output}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
+    return 0
+
+
 def _load_foreign(path: Path):
     from engine.interop import detect, load_serialized
 
@@ -465,6 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(_parse_check(argv[1:]), Console(highlight=False), err)
         if argv[:1] == ["export"]:
             return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
+        if argv[:1] == ["serialize"]:
+            return _serialize(_serialize_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         if argv[:1] == ["extract"]:
             return _extract(_extract_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         return _explore(_main_parser().parse_args(argv))

@@ -86,3 +86,25 @@ def test_subprocess_extract_error_has_no_traceback(tmp_path):
     run = subprocess.run([sys.executable, "-m", "zyx_explorer", "extract", str(path)], capture_output=True, text=True)
     assert run.returncode == 2 and "nodes.a.subsumed: expected true or false" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize(("stage", "root_suffix"), [("egraph", ""), ("saturated", ""), ("kernelized", "@host")])
+def test_serialize_writes_an_extractable_file(tmp_path, capsys, stage, root_suffix):
+    out = tmp_path / "mlp.json"
+    assert main(["serialize", str(sample_graphs.path("mlp.small")), "-o", str(out), "--stage", stage,
+                 "--no-tune", "--no-opencl"]) == 0
+    assert f"the {stage} e-graph" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert all(r.endswith(root_suffix) and r.startswith("c") for r in doc["root_eclasses"])
+    assert main(["extract", "--json", str(out)]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    assert all(r["dag_cost"] > 0 and not r["error"] for r in results)
+    if stage == "egraph":  # before saturation: one form per class, every extractor takes all the classes needed
+        assert len({r["dag_cost"] for r in results}) == 1
+
+
+def test_serialize_refuses_to_overwrite(tmp_path, capsys):
+    out = tmp_path / "x.json"
+    out.write_text("keep")
+    assert main(["serialize", str(sample_graphs.path("mlp.small")), "-o", str(out), "--no-tune"]) == 2
+    assert "use --force" in capsys.readouterr().err and out.read_text() == "keep"
