@@ -37,14 +37,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.kernel.index import Div, Idx, Mod, Var
-from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where, schedule
+from engine.kernel.index import Div, Idx, Mod, Var, add, floordiv, lit, mod, scale, var
+from engine.kernel.ir import Acc, Bound, Const, Expr, Kernel, Load, Op, Reduce, Where, schedule
 from engine.program.dtypes import DType
 from engine.program.primitives import PrimNode
 from engine.program.reference import eval_node, widen
@@ -221,12 +221,92 @@ def _materialised(e: Expr) -> bool:
     return not (isinstance(e, Load) and e.index.is_affine and not e.clamped)
 
 
+def _subst(x: Idx, m: dict[Var, Idx]) -> Idx:
+    """``x`` with each variable of ``m`` replaced (divisions and modulos simplified again)."""
+    parts = [lit(x.const)]
+    for atom, c in x.terms:
+        if isinstance(atom, Var):
+            y = m.get(atom, var(atom))
+        elif isinstance(atom, Div):
+            y = floordiv(_subst(atom.num, m), atom.k)
+        else:
+            y = mod(_subst(atom.num, m), atom.k)
+        parts.append(scale(y, c))
+    return add(*parts)
+
+
+def _split_candidate(kernel: Kernel) -> tuple[Var, int] | None:
+    """A loop variable ``v`` some index divides or reduces modulo ``k`` (a divisor of its size), if any."""
+    loops = set(kernel.vars) | set(kernel.reduce.vars if kernel.reduce else ())
+    for e in schedule(kernel.exprs()):
+        idxs = [e.index] if isinstance(e, Load) else [b.index for b in e.bounds] if isinstance(e, Where) else []
+        stack = [a for i in idxs for a in i.atoms()]
+        while stack:
+            atom = stack.pop()
+            if isinstance(atom, Var):
+                continue
+            num = atom.num
+            if len(num.terms) == 1 and num.const == 0 and num.terms[0][1] == 1:
+                v = num.terms[0][0]
+                if v in loops and isinstance(v, Var) and v.size % atom.k == 0 and atom.k < v.size:
+                    return v, atom.k
+            stack.extend(num.atoms())
+    return None
+
+
+def split_vars(kernel: Kernel) -> Kernel:
+    """An equal kernel whose loop variables that indices take ``// k`` or ``% k`` of are split in two.
+
+    ``v`` becomes ``k * v_hi + v_lo`` (``v_hi`` before ``v_lo``, so a global
+    split is a reshape of the output), which turns such indices affine: a
+    batched matmul over heads read through ``g // 128`` becomes strided views.
+    """
+    names = {v.name for v in (*kernel.vars, *(kernel.reduce.vars if kernel.reduce else ()))}
+    while (found := _split_candidate(kernel)) is not None:
+        v, k = found
+        hi, lo = (Var(_fresh(f"{v.name}{t}", names), n) for t, n in (("h", v.size // k), ("l", k)))
+        m = {v: add(scale(var(hi), k), var(lo))}
+        memo: dict[Expr, Expr] = {}
+
+        def sub(e: Expr, m: dict[Var, Idx] = m, memo: dict[Expr, Expr] = memo) -> Expr:
+            if e not in memo:
+                if isinstance(e, Load):
+                    memo[e] = Load(e.input, _subst(e.index, m), e.size, e.dtype)
+                elif isinstance(e, Op):
+                    memo[e] = Op(e.op, tuple(sub(a) for a in e.args), e.dtype)
+                elif isinstance(e, Where):
+                    bounds = tuple(Bound(_subst(b.index, m), b.lo, b.hi) for b in e.bounds)
+                    memo[e] = Where(bounds, sub(e.then), sub(e.otherwise), e.dtype)
+                else:
+                    memo[e] = e
+            return memo[e]
+
+        def swap(vs: tuple[Var, ...], v: Var = v, hi: Var = hi, lo: Var = lo) -> tuple[Var, ...]:
+            return tuple(x for u in vs for x in ((hi, lo) if u == v else (u,)))
+
+        vars_ = swap(kernel.vars)
+        red = kernel.reduce
+        reduce = Reduce(red.op, swap(red.vars), sub(red.body)) if red else None
+        outputs = tuple(sub(e) for e in kernel.outputs)
+        kernel = Kernel(kernel.inputs, tuple(u.size for u in vars_), vars_, reduce, outputs)
+    return kernel
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
 def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, contract_elements: int | None = MAX_ELEMENTS) -> Plan:
     """Prepare ``kernel``: chunks of at most ``max_elements``, or a contraction if it is one (``contract_elements``).
 
     With ``contract_elements=None`` contractions are streamed like any reduce.
+    The plan's kernel is ``split_vars(kernel)``, whose shape may have more axes.
     """
     assert max_elements >= 1
+    kernel = split_vars(kernel)
     assert tuple(v.size for v in kernel.vars) == tuple(kernel.shape), (kernel.vars, kernel.shape)
     rvars = kernel.reduce.vars if kernel.reduce else ()
     axes = {v: i for i, v in enumerate((*kernel.vars, *rvars))}
@@ -409,64 +489,116 @@ def _mask(e: Where, frame: Frame) -> Value | bool:
     return mask
 
 
+Step = Callable[[list, "Frame", tuple[int, ...], tuple[slice, ...], list], None]
+"""One node's evaluation over a chunk: ``step(values, frame, shape, slices, windows)``."""
+
+_ALL = slice(None)
+
+
 class Workspace:
-    """One thread's buffers for a plan, and the output arrays ufunc nodes may write straight into."""
+    """One thread's buffers for a plan on given inputs and outputs, and each stage's node steps.
 
-    def __init__(self, p: Plan, outputs: Sequence[np.ndarray] = ()) -> None:
+    Values are held in a list by node number; constants are filled in once.
+    """
+
+    def __init__(self, p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray] = ()) -> None:
         self.plan = p
-        self.buffers = [np.empty(n, dt) for dt, n in p.slot_types]
+        self.flats = flats
         self.outputs = outputs
-        self._views: dict[tuple[Expr, tuple[int, ...]], np.ndarray] = {}
+        self.buffers = [np.empty(n, dt) for dt, n in p.slot_types]
+        red = p.kernel.reduce
+        nodes = [*p.body, *p.outputs, *([Acc(red.dtype)] if red else [])]
+        self.index = {e: i for i, e in enumerate(dict.fromkeys(nodes))}
+        self.template: list[Value | None] = [None] * len(self.index)
+        whole = p.whole()
+        self._whole = whole
+        for e, i in self.index.items():
+            if isinstance(e, Const):
+                self.template[i] = round_to(e.value.array(), e.dtype)
+        self.body = [self._step(e) for e in p.body if not isinstance(e, Const)]
+        self.store = [self._step(e) for e in p.outputs if not isinstance(e, (Const, Acc))]
 
-    def out(self, e: Expr, frame: Frame) -> np.ndarray:
-        """Where ufunc node ``e`` writes its value over ``frame``."""
-        slot = self.plan.slots[e]
-        if slot < 0:
-            return _window(self.outputs[-1 - slot], frame, len(self.plan.kernel.vars))
-        key = (e, frame.shape)
-        view = self._views.get(key)
-        if view is None:
-            shape = frame.shape
-            span = self.plan.spans[e]
-            view = self.buffers[slot][: math.prod(shape[a] for a in span)].reshape(
-                [shape[a] if a in span else 1 for a in range(len(shape))]
-            )
-            self._views[key] = view
-        return view
-
-
-def _window(out: np.ndarray, frame: Frame, ng: int) -> np.ndarray:
-    """The part of output array ``out`` a chunk covers, shaped like the frame (reduce axes of size 1)."""
-    where = tuple(slice(s, s + n) for s, n in frame.blocks[:ng])
-    return (out[where] if where else out).reshape(frame.shape)
-
-
-def eval_exprs(p: Plan, order: Sequence[Expr], frame: Frame, flats: Sequence[np.ndarray], values: dict[Expr, Value],
-               ws: Workspace) -> None:
-    """Evaluate the scheduled nodes ``order`` over ``frame`` into ``values`` (which may hold ``Acc``)."""
-    for e in order:
-        if e in values:
-            continue
+    def _step(self, e: Expr) -> Step:
+        p, k = self.plan, self.index[e]
         fn = p.ufuncs.get(e)
         if fn is not None:
-            v = ws.out(e, frame)
             assert isinstance(e, Op)
-            if fn.ufunc is None:
-                np.copyto(v, values[e.args[0]], casting="unsafe")
+            return self._ufunc_step(k, e, fn)
+        if isinstance(e, Load) and e.index.is_affine and not e.clamped:
+            full = self._whole.view(self.flats[e.input], e.index)
+            span = p.spans[e]
+            ndim = p.ndim
+
+            def view(vals: list, frame: Frame, shape: tuple[int, ...], sls: tuple[slice, ...], wins: list) -> None:
+                key = [_ALL] * ndim
+                for a in span:
+                    key[a] = sls[a]
+                vals[k] = full[tuple(key)]
+
+            return view
+        flat = self.flats[e.input] if isinstance(e, Load) else None
+        args = [self.index[c] for c in e.children()]
+
+        def generic(vals: list, frame: Frame, shape: tuple[int, ...], sls: tuple[slice, ...], wins: list) -> None:
+            if isinstance(e, Load):
+                assert flat is not None
+                vals[k] = read(e, flat, frame)
+            elif isinstance(e, Op):
+                node = PrimNode(e.op, (), None, (), e.dtype)
+                vals[k] = round_to(eval_node(node, [vals[j] for j in args]), e.dtype)
             else:
-                fn.ufunc(*fn.pre, *(values[a] for a in e.args), *fn.post, out=v)
-        elif isinstance(e, Load):
-            v = read(e, flats[e.input], frame)
-        elif isinstance(e, Const):
-            v = round_to(e.value.array(), e.dtype)
-        elif isinstance(e, Op):
-            result = eval_node(PrimNode(e.op, (), None, (), e.dtype), [values[a] for a in e.args])
-            v = round_to(result, e.dtype)
-        elif isinstance(e, Where):
-            v = round_to(np.where(_mask(e, frame), values[e.then], values[e.otherwise]), e.dtype)
-        else:
-            raise AssertionError(f"{e} has no value here (an Acc outside the outputs?)")
-        values[e] = v
+                assert isinstance(e, Where), e
+                vals[k] = round_to(np.where(_mask(e, frame), vals[args[0]], vals[args[1]]), e.dtype)
+
+        return generic
+
+    def _ufunc_step(self, k: int, e: Op, fn: Ufunc) -> Step:
+        slot = self.plan.slots[e]
+        args = tuple(self.index[a] for a in e.args)
+        span = self.plan.spans[e]
+        views: dict[tuple[int, ...], np.ndarray] = {}
+        buffer = self.buffers[slot] if slot >= 0 else None
+        uf, pre, post = fn.ufunc, fn.pre, fn.post
+
+        def target(shape: tuple[int, ...], wins: list) -> np.ndarray:
+            if buffer is None:
+                return wins[-1 - slot]
+            out = views.get(shape)
+            if out is None:
+                size = math.prod(shape[a] for a in span)
+                out = views[shape] = buffer[:size].reshape([n if a in span else 1 for a, n in enumerate(shape)])
+            return out
+
+        if uf is None:
+            (a0,) = args
+
+            def cast(vals: list, frame: Frame, shape: tuple[int, ...], sls: tuple[slice, ...], wins: list) -> None:
+                out = vals[k] = target(shape, wins)
+                np.copyto(out, vals[a0], casting="unsafe")
+
+            return cast
+
+        def call(vals: list, frame: Frame, shape: tuple[int, ...], sls: tuple[slice, ...], wins: list) -> None:
+            out = vals[k] = target(shape, wins)
+            uf(*pre, *[vals[j] for j in args], *post, out=out)
+
+        return call
+
+
+def _window(out: np.ndarray, blocks: Sequence[Block], shape: tuple[int, ...]) -> np.ndarray:
+    """The part of output array ``out`` the global ``blocks`` cover, shaped ``shape`` (reduce axes of size 1)."""
+    where = tuple(slice(s, s + n) for s, n in blocks)
+    return (out[where] if where else out).reshape(shape)
+
+
+def eval_stage(steps: Sequence[Step], template: list, frame: Frame, windows: list) -> list:
+    """Run ``steps`` over ``frame``: the values by node number (``windows``: direct outputs' targets)."""
+    vals = list(template)
+    shape = frame.shape
+    sls = tuple(slice(s, s + n) for s, n in frame.blocks)
+    for step in steps:
+        step(vals, frame, shape, sls, windows)
+    return vals
 
 
 def _identity(op: str, dtype: DType) -> np.ndarray:
@@ -482,9 +614,9 @@ def _combine(op: str) -> np.ufunc:
     return np.add if op == "sum" else np.maximum
 
 
-def reduce_blocks(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
-                  flats: Sequence[np.ndarray], ws: Workspace) -> np.ndarray:
+def reduce_blocks(ws: Workspace, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]]) -> np.ndarray:
     """The reduce over the global ``chunk`` and ``rblocks``, in its accumulator dtype (reduce axes kept, size 1)."""
+    p = ws.plan
     red = p.kernel.reduce
     assert red is not None
     ufunc = _combine(red.op)
@@ -492,11 +624,10 @@ def reduce_blocks(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Blo
     shape = tuple(n for _, n in chunk) + (1,) * len(red.vars)
     total = np.empty(shape, accdt)
     part = np.empty(shape, accdt) if len(rblocks) > 1 else total
+    k = ws.index[red.body]
     for i, rblock in enumerate(rblocks):
         frame = Frame(p.axes, chunk + rblock)
-        values: dict[Expr, Value] = {}
-        eval_exprs(p, p.body, frame, flats, values, ws)
-        body = values[red.body]
+        body = eval_stage(ws.body, ws.template, frame, [])[k]
         if body.shape != frame.shape:
             body = np.broadcast_to(body, frame.shape)
         target = total if i == 0 else part
@@ -506,35 +637,61 @@ def reduce_blocks(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Blo
     return total
 
 
-def reduce_chunk(p: Plan, chunk: tuple[Block, ...], flats: Sequence[np.ndarray], ws: Workspace) -> np.ndarray:
+def reduce_chunk(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
     """The reduce's result over the global ``chunk`` (rounded, reduce axes kept with size 1)."""
+    p = ws.plan
     red = p.kernel.reduce
     assert red is not None
     shape = tuple(n for _, n in chunk) + (1,) * len(red.vars)
     if red.size == 0:
         return np.broadcast_to(_identity(red.op, red.dtype), shape)
     if p.factors is not None:
-        return _contract(p, chunk, flats, ws)
-    return round_to(reduce_blocks(p, chunk, list(itertools.product(*p.reduce_blocks)), flats, ws), red.dtype)
+        return _contract(ws, chunk)
+    return round_to(reduce_blocks(ws, chunk, list(itertools.product(*p.reduce_blocks))), red.dtype)
 
 
-def _contract(p: Plan, chunk: tuple[Block, ...], flats: Sequence[np.ndarray], ws: Workspace) -> np.ndarray:
-    """A contraction's reduce over one global chunk: its factors over their spans, then ``np.einsum``."""
+def _contract(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
+    """A contraction's reduce over one global chunk: its factors over their spans, then one batched ``np.matmul``.
+
+    Axes both factors span are batch (global) or contracted (reduce) axes; a
+    reduce axis only one factor spans is summed there first.
+    """
+    p = ws.plan
     red = p.kernel.reduce
     assert red is not None and p.factors is not None
     frame = Frame(p.axes, chunk + tuple((0, v.size) for v in red.vars))
-    values: dict[Expr, Value] = {}
-    eval_exprs(p, p.body, frame, flats, values, ws)
-    operands = []
-    for f in p.factors:
-        span = p.spans[f]
-        operands += [widen(values[f]).reshape([frame.shape[a] for a in span]), list(span)]
+    vals = eval_stage(ws.body, ws.template, frame, [])
     ng = len(p.kernel.vars)
-    keep = sorted({a for f in p.factors for a in p.spans[f] if a < ng})
-    result = np.einsum(*operands, keep, optimize=True)
-    shape = [frame.shape[a] if a in keep else 1 for a in range(ng)] + [1] * len(red.vars)
-    out = np.broadcast_to(result.reshape(shape), tuple(n for _, n in chunk) + (1,) * len(red.vars))
-    return round_to(out, red.dtype)
+    (a, sa), (b, sb) = ((widen(vals[ws.index[f]]), set(p.spans[f])) for f in p.factors)
+    a = np.broadcast_to(a, [frame.shape[i] if i in sa else 1 for i in range(p.ndim)])
+    b = np.broadcast_to(b, [frame.shape[i] if i in sb else 1 for i in range(p.ndim)])
+    only = tuple(i for i in sorted((sa ^ sb) - set(range(ng))))
+    if only:
+        a = np.add.reduce(a, axis=tuple(i for i in only if i in sa), keepdims=True) if sa - sb & set(only) else a
+        b = np.add.reduce(b, axis=tuple(i for i in only if i in sb), keepdims=True) if sb - sa & set(only) else b
+        sa, sb = sa - set(only), sb - set(only)
+    batch = sorted(sa & sb - set(p.reduce_axes))
+    inner = sorted(sa & sb & set(p.reduce_axes))
+    ma, nb = sorted(sa - sb), sorted(sb - sa)
+    shape = frame.shape
+    size = [math.prod(shape[i] for i in g) for g in (batch, ma, inner, nb)]
+    rest = [i for i in range(p.ndim) if i not in sa and i not in sb]
+    am = a.transpose(batch + ma + inner + [i for i in range(p.ndim) if i not in sa]).reshape(size[0], size[1], size[2])
+    bm = b.transpose(batch + inner + nb + [i for i in range(p.ndim) if i not in sb]).reshape(size[0], size[2], size[3])
+    c = np.matmul(_blasable(am), _blasable(bm))
+    order = batch + ma + nb
+    c = c.reshape([shape[i] for i in order] + [1] * (len(rest) + len(inner)))
+    c = c.transpose(np.argsort(order + rest + inner))
+    return round_to(np.broadcast_to(c, tuple(n for _, n in chunk) + (1,) * len(red.vars)), red.dtype)
+
+
+def _blasable(x: np.ndarray) -> np.ndarray:
+    """``x`` (a stack of matrices) laid out so that ``np.matmul`` hands it to BLAS."""
+    item = x.itemsize
+    s1, s2 = x.strides[1:]
+    if (s2 == item and s1 >= max(x.shape[2], 1) * item) or (s1 == item and s2 >= max(x.shape[1], 1) * item):
+        return x
+    return np.ascontiguousarray(x)
 
 
 def flat_inputs(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
@@ -548,35 +705,36 @@ def flat_inputs(kernel: Kernel, inputs: Sequence[np.ndarray]) -> list[np.ndarray
     return flats
 
 
-def _store(p: Plan, chunk: tuple[Block, ...], flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
-           ws: Workspace, acc: np.ndarray | None) -> None:
+def _store(ws: Workspace, chunk: tuple[Block, ...], acc: np.ndarray | None) -> None:
     """Evaluate the outputs over the global ``chunk`` (given the reduce's result there) and write them."""
+    p = ws.plan
     kernel = p.kernel
-    values: dict[Expr, Value] = {}
+    frame = Frame(p.axes, chunk + ((0, 1),) * len(p.reduce_axes))
+    shape = frame.shape
+    windows = [_window(out, chunk, shape) for out in ws.outputs]
+    template = ws.template
     if acc is not None:
         assert kernel.reduce is not None
-        values[Acc(kernel.reduce.dtype)] = acc
-    nr = len(p.reduce_axes)
-    frame = Frame(p.axes, chunk + ((0, 1),) * nr)
-    eval_exprs(p, p.outputs, frame, flats, values, ws)
-    for i, (out, e) in enumerate(zip(outputs, kernel.outputs)):
+        template = list(template)
+        template[ws.index[Acc(kernel.reduce.dtype)]] = acc
+    vals = eval_stage(ws.store, template, frame, windows)
+    for i, e in enumerate(kernel.outputs):
         if p.slots.get(e) != -1 - i:
-            np.copyto(_window(out, frame, len(chunk)), values[e], casting="unsafe")
+            np.copyto(windows[i], vals[ws.index[e]], casting="unsafe")
 
 
 def _run_chunks(p: Plan, chunks: Sequence[tuple[Block, ...]], flats: Sequence[np.ndarray],
                 outputs: Sequence[np.ndarray]) -> None:
-    ws = Workspace(p, outputs)
+    ws = Workspace(p, flats, outputs)
     with np.errstate(all="ignore"):
         for chunk in chunks:
-            acc = reduce_chunk(p, chunk, flats, ws) if p.kernel.reduce is not None else None
-            _store(p, chunk, flats, outputs, ws, acc)
+            _store(ws, chunk, reduce_chunk(ws, chunk) if p.kernel.reduce is not None else None)
 
 
 def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
                  flats: Sequence[np.ndarray]) -> np.ndarray:
     with np.errstate(all="ignore"):
-        return reduce_blocks(p, chunk, rblocks, flats, Workspace(p))
+        return reduce_blocks(Workspace(p, flats), chunk, rblocks)
 
 
 def _split(items: Sequence[object], n: int) -> list[Sequence[object]]:
@@ -594,12 +752,12 @@ def run(p: Plan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
     kernel = p.kernel
     assert len(outputs) == len(kernel.outputs)
     for out, t in zip(outputs, kernel.output_types):
-        assert out.shape == tuple(t.shape) and out.dtype == t.dtype.numpy, (out.shape, out.dtype, t)
+        assert out.size == t.numel and out.dtype == t.dtype.numpy, (out.shape, out.dtype, t)
     if kernel.numel == 0:
         return
     flats = flat_inputs(kernel, inputs)
     targets = [o if o.flags.c_contiguous else np.empty(o.shape, o.dtype) for o in outputs]
-    _run(p, flats, targets, threads)
+    _run(p, flats, [t.reshape(kernel.shape) for t in targets], threads)
     for out, target in zip(outputs, targets):
         if out is not target:
             out[...] = target
@@ -622,7 +780,7 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
         for part in parts[1:]:
             _combine(kernel.reduce.op)(total, part, out=total)
         with np.errstate(all="ignore"):
-            _store(p, chunk, flats, outputs, Workspace(p, outputs), round_to(total, kernel.reduce.dtype))
+            _store(Workspace(p, flats, outputs), chunk, round_to(total, kernel.reduce.dtype))
     else:
         _run_chunks(p, chunks, flats, outputs)
 

@@ -564,13 +564,14 @@ def test_index_arithmetic_is_floor_semantics(coeffs: list[int], const: int, k: i
 
 def test_no_intermediate_exceeds_the_chunk_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     sizes: list[int] = []
-    original = ev.eval_exprs
+    original = ev.eval_stage
 
-    def recording(p: Any, order: Any, frame: Any, flats: Any, values: dict[Expr, Any], ws: Any) -> None:
-        original(p, order, frame, flats, values, ws)
-        sizes.extend(np.size(v) for v in values.values())
+    def recording(steps: Any, template: Any, frame: Any, windows: Any) -> list[Any]:
+        values = original(steps, template, frame, windows)
+        sizes.extend(np.size(v) for v in values if v is not None)
+        return values
 
-    monkeypatch.setattr(ev, "eval_exprs", recording)
+    monkeypatch.setattr(ev, "eval_stage", recording)
     k, xs = _pad_kernel()
     evaluate(k, xs, 40)
     r, _ = reduction(leaf(0, (6, 10, 4)).permute((2, 0, 1)), [2], "sum", lambda acc, ix: Op("exp2", (acc,), F32))
