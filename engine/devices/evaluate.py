@@ -30,7 +30,7 @@ A *contraction* kernel (a float ``sum`` of ``mul(a, b)`` where each factor
 spans an axis the other does not, like a matmul or a convolution) never forms
 the product: ``a`` and ``b`` are evaluated over their own spans and contracted
 by ``np.einsum`` (BLAS), one global chunk at a time, bounded by
-``contract_elements`` (materialised factors and output chunk).
+``view_elements`` (materialised factors and output chunk).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ CHUNK_ELEMENTS = 1 << 16
 """Default bound on the elements of a chunk (256 KiB of float32 per intermediate: L2-resident)."""
 
 MAX_ELEMENTS = 1 << 22
-"""Default bound on the elements of a contraction's materialised factors and output chunk."""
+"""Default bound on a chunk whose big values are only views, and on a contraction's materialised factors."""
 
 Block = tuple[int, int]
 """``(start, length)`` of one chunk along one axis."""
@@ -299,11 +299,15 @@ def _fresh(name: str, taken: set[str]) -> str:
     return name
 
 
-def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, contract_elements: int | None = MAX_ELEMENTS) -> Plan:
-    """Prepare ``kernel``: chunks of at most ``max_elements``, or a contraction if it is one (``contract_elements``).
+def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int | None = MAX_ELEMENTS) -> Plan:
+    """Prepare ``kernel``: chunks whose materialised values hold at most ``max_elements`` elements.
 
-    With ``contract_elements=None`` contractions are streamed like any reduce.
-    The plan's kernel is ``split_vars(kernel)``, whose shape may have more axes.
+    A chunk grows up to ``view_elements`` while its materialised values stay
+    within ``max_elements`` (a reduce of a strided view needs no buffer); a
+    contraction's factors and output chunk are bounded by ``view_elements``.
+    With ``view_elements=None`` chunks hold at most ``max_elements`` and
+    contractions are streamed like any reduce.  The plan's kernel is
+    ``split_vars(kernel)``, whose shape may have more axes.
     """
     assert max_elements >= 1
     kernel = split_vars(kernel)
@@ -314,21 +318,22 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, contract_elements: 
     spans = _spans(kernel, axes)
     gdims = list(kernel.shape)
     rdims = [v.size for v in rvars]
-    factors = _factors(kernel, spans, axes) if contract_elements is not None else None
+    factors = _factors(kernel, spans, axes) if view_elements is not None else None
     blocks = None
     if factors is not None:
-        assert contract_elements is not None
-        blocks = _contraction_blocks(gdims, rdims, [spans[f] for f in factors if _materialised(f)], contract_elements)
+        assert view_elements is not None
+        blocks = _contraction_blocks(gdims, rdims, [spans[f] for f in factors if _materialised(f)], view_elements)
         if blocks is None:
             factors = None
-    if blocks is None:
-        blocks = _blocks(gdims + rdims, max_elements)
     if kernel.reduce is None:
         body: tuple[Expr, ...] = ()
     else:
         body = tuple(schedule(factors if factors is not None else [kernel.reduce.body]))
-    gblocks, rblocks = tuple(blocks[: len(gdims)]), tuple(blocks[len(gdims) :])
     outputs = tuple(schedule(kernel.outputs))
+    if blocks is None:
+        held = [spans[e] for e in (*body, *outputs) if _materialised(e) and not isinstance(e, (Const, Acc))]
+        blocks = _fit_blocks(gdims + rdims, held, max_elements, view_elements or max_elements)
+    gblocks, rblocks = tuple(blocks[: len(gdims)]), tuple(blocks[len(gdims) :])
     ufuncs = {e: f for e in (*body, *outputs) if isinstance(e, Op) and (f := _ufunc(e)) is not None}
     first = tuple(b[0][1] if b else 0 for b in gblocks)
     body_shape = first + tuple(b[0][1] if b else 0 for b in rblocks)
@@ -391,6 +396,17 @@ def _blocks(dims: Sequence[int], limit: int) -> list[tuple[Block, ...]]:
         else:
             out.append(((0, d),))
     return out
+
+
+def _fit_blocks(dims: list[int], spans: list[tuple[int, ...]], limit: int, most: int) -> list[tuple[Block, ...]]:
+    """The biggest blocks (up to ``most`` elements a chunk) where every span in ``spans`` holds at most ``limit``."""
+    size = max(most, limit)
+    while True:
+        blocks = _blocks(dims, size)
+        first = [b[0][1] if b else 0 for b in blocks]
+        if size <= limit or all(math.prod(first[a] for a in s) <= limit for s in spans):
+            return blocks
+        size = max(size // 2, limit)
 
 
 def _contraction_blocks(gdims: list[int], rdims: list[int], spans: list[tuple[int, ...]],
@@ -785,9 +801,9 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
         _run_chunks(p, chunks, flats, outputs)
 
 
-def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = CHUNK_ELEMENTS,
-             threads: int = 1) -> list[np.ndarray]:
+def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = CHUNK_ELEMENTS, threads: int = 1,
+             view_elements: int | None = MAX_ELEMENTS) -> list[np.ndarray]:
     """The outputs of ``kernel`` on ``inputs`` (arrays of its input buffers' shapes and dtypes)."""
     outputs = [np.empty(t.shape, t.dtype.numpy) for t in kernel.output_types]
-    run(plan(kernel, max_elements), inputs, outputs, threads)
+    run(plan(kernel, max_elements, view_elements), inputs, outputs, threads)
     return outputs

@@ -53,16 +53,16 @@ class NumpyDevice:
     """Seconds per numpy call (one per node per chunk)."""
 
     def __init__(self, max_elements: int = CHUNK_ELEMENTS, threads: int | None = None,
-                 contract_elements: int = MAX_ELEMENTS) -> None:
+                 view_elements: int = MAX_ELEMENTS) -> None:
         self.max_elements = max_elements
         self.threads = min(os.cpu_count() or 1, 8) if threads is None else threads
-        self.contract_elements = contract_elements
+        self.view_elements = view_elements
 
     def supports(self, kernel: Kernel) -> bool:
         return True
 
     def _plan(self, kernel: Kernel) -> Plan:
-        return plan(kernel, self.max_elements, self.contract_elements)
+        return plan(kernel, self.max_elements, self.view_elements)
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         return NumpyCompiled(kernel, variant, self._plan(kernel))
