@@ -153,6 +153,8 @@ class Plan:
     """The workspace buffer each ufunc node writes (``-1 - i``: straight into output ``i``)."""
     slot_types: tuple[tuple[np.dtype, int], ...] = ()
     """Dtype and elements of each workspace buffer."""
+    pads: tuple[tuple[int, int, int], ...] = ()
+    """Inputs read through zero-padded copies (``_pads``)."""
 
     @property
     def ndim(self) -> int:
@@ -218,11 +220,32 @@ def _factors(kernel: Kernel, spans: dict[Expr, tuple[int, ...]], axes: dict[Var,
 
 
 def _materialised(e: Expr) -> bool:
-    return not (isinstance(e, Load) and e.index.is_affine and not e.clamped)
+    """Whether ``e``'s value is computed into memory (not a strided view of an input, padded or not)."""
+    return not (isinstance(e, Load) and e.index.is_affine)
+
+
+def _pads(kernel: Kernel) -> tuple[tuple[int, int, int], ...]:
+    """``(input, before, after)``: the zeros each input needs around it for its clamped affine loads to be views.
+
+    A clamped load leaves its buffer only in lanes a ``Where`` masks off, so
+    those lanes may read zeros instead of the clamped element.
+    """
+    pads: dict[int, tuple[int, int]] = {}
+    for e in kernel.loads():
+        if e.index.is_affine and e.clamped:
+            lo, hi = e.index.bounds
+            before, after = pads.get(e.input, (0, 0))
+            pads[e.input] = (max(before, -lo), max(after, hi - e.size + 1))
+    return tuple((i, before, after) for i, (before, after) in sorted(pads.items()))
 
 
 def _subst(x: Idx, m: dict[Var, Idx]) -> Idx:
-    """``x`` with each variable of ``m`` replaced (divisions and modulos simplified again)."""
+    """``x`` with each variable of ``m`` replaced, divisions and modulos simplified again.
+
+    The coefficients under a ``% k`` are reduced modulo ``k`` first (to the
+    residue nearest 0), so ``(g + 67*r) % 66`` becomes ``g + r`` when that stays
+    below 66.
+    """
     parts = [lit(x.const)]
     for atom, c in x.terms:
         if isinstance(atom, Var):
@@ -230,9 +253,41 @@ def _subst(x: Idx, m: dict[Var, Idx]) -> Idx:
         elif isinstance(atom, Div):
             y = floordiv(_subst(atom.num, m), atom.k)
         else:
-            y = mod(_subst(atom.num, m), atom.k)
+            k = atom.k
+            num = _subst(atom.num, m)
+            terms = [(a, (ca % k) - k if ca % k > k // 2 else ca % k) for a, ca in num.terms]
+            y = mod(add(*(scale(Idx(((a, 1),), 0), ca) for a, ca in terms if ca), lit(num.const % k)), k)
         parts.append(scale(y, c))
     return add(*parts)
+
+
+def _rewrite(kernel: Kernel, m: dict[Var, Idx], swap: Callable[[tuple[Var, ...]], tuple[Var, ...]]) -> Kernel:
+    """``kernel`` with every index rewritten by ``_subst(., m)`` and its loop variables by ``swap``."""
+    memo: dict[Expr, Expr] = {}
+
+    def sub(e: Expr) -> Expr:
+        if e not in memo:
+            if isinstance(e, Load):
+                memo[e] = Load(e.input, _subst(e.index, m), e.size, e.dtype)
+            elif isinstance(e, Op):
+                memo[e] = Op(e.op, tuple(sub(a) for a in e.args), e.dtype)
+            elif isinstance(e, Where):
+                bounds = tuple(Bound(_subst(b.index, m), b.lo, b.hi) for b in e.bounds)
+                memo[e] = Where(bounds, sub(e.then), sub(e.otherwise), e.dtype)
+            else:
+                memo[e] = e
+        return memo[e]
+
+    vars_ = swap(kernel.vars)
+    red = kernel.reduce
+    reduce = Reduce(red.op, swap(red.vars), sub(red.body)) if red else None
+    return Kernel(kernel.inputs, tuple(u.size for u in vars_), vars_, reduce, tuple(sub(e) for e in kernel.outputs))
+
+
+def _has_mod(kernel: Kernel) -> bool:
+    idxs = [i for e in schedule(kernel.exprs())
+            for i in ([e.index] if isinstance(e, Load) else [b.index for b in e.bounds] if isinstance(e, Where) else [])]
+    return any(not i.is_affine for i in idxs)
 
 
 def _split_candidate(kernel: Kernel) -> tuple[Var, int] | None:
@@ -255,40 +310,24 @@ def _split_candidate(kernel: Kernel) -> tuple[Var, int] | None:
 
 
 def split_vars(kernel: Kernel) -> Kernel:
-    """An equal kernel whose loop variables that indices take ``// k`` or ``% k`` of are split in two.
+    """An equal kernel with simpler indices: modulo coefficients reduced, and variables taken ``// k`` or ``% k`` split.
 
     ``v`` becomes ``k * v_hi + v_lo`` (``v_hi`` before ``v_lo``, so a global
     split is a reshape of the output), which turns such indices affine: a
     batched matmul over heads read through ``g // 128`` becomes strided views.
     """
+    if not _has_mod(kernel):
+        return kernel
+    kernel = _rewrite(kernel, {}, lambda vs: vs)
     names = {v.name for v in (*kernel.vars, *(kernel.reduce.vars if kernel.reduce else ()))}
     while (found := _split_candidate(kernel)) is not None:
         v, k = found
         hi, lo = (Var(_fresh(f"{v.name}{t}", names), n) for t, n in (("h", v.size // k), ("l", k)))
-        m = {v: add(scale(var(hi), k), var(lo))}
-        memo: dict[Expr, Expr] = {}
-
-        def sub(e: Expr, m: dict[Var, Idx] = m, memo: dict[Expr, Expr] = memo) -> Expr:
-            if e not in memo:
-                if isinstance(e, Load):
-                    memo[e] = Load(e.input, _subst(e.index, m), e.size, e.dtype)
-                elif isinstance(e, Op):
-                    memo[e] = Op(e.op, tuple(sub(a) for a in e.args), e.dtype)
-                elif isinstance(e, Where):
-                    bounds = tuple(Bound(_subst(b.index, m), b.lo, b.hi) for b in e.bounds)
-                    memo[e] = Where(bounds, sub(e.then), sub(e.otherwise), e.dtype)
-                else:
-                    memo[e] = e
-            return memo[e]
 
         def swap(vs: tuple[Var, ...], v: Var = v, hi: Var = hi, lo: Var = lo) -> tuple[Var, ...]:
             return tuple(x for u in vs for x in ((hi, lo) if u == v else (u,)))
 
-        vars_ = swap(kernel.vars)
-        red = kernel.reduce
-        reduce = Reduce(red.op, swap(red.vars), sub(red.body)) if red else None
-        outputs = tuple(sub(e) for e in kernel.outputs)
-        kernel = Kernel(kernel.inputs, tuple(u.size for u in vars_), vars_, reduce, outputs)
+        kernel = _rewrite(kernel, {v: add(scale(var(hi), k), var(lo))}, swap)
     return kernel
 
 
@@ -346,7 +385,8 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
     slot_types: list[tuple[np.dtype, int]] = []
     _allocate(body, ufuncs, spans, body_shape, slots, slot_types)
     _allocate(outputs, ufuncs, spans, first + (1,) * len(rdims), slots, slot_types)
-    return Plan(kernel, axes, body, outputs, gblocks, rblocks, factors, spans, ufuncs, slots, tuple(slot_types))
+    return Plan(kernel, axes, body, outputs, gblocks, rblocks, factors, spans, ufuncs, slots, tuple(slot_types),
+                _pads(kernel))
 
 
 def _allocate(order: Sequence[Expr], ufuncs: dict[Expr, Ufunc], spans: dict[Expr, tuple[int, ...]],
@@ -540,8 +580,12 @@ class Workspace:
         if fn is not None:
             assert isinstance(e, Op)
             return self._ufunc_step(k, e, fn)
-        if isinstance(e, Load) and e.index.is_affine and not e.clamped:
-            full = self._whole.view(self.flats[e.input], e.index)
+        if isinstance(e, Load) and e.index.is_affine:
+            if e.clamped:
+                j = next(j for j, (i, _, _) in enumerate(p.pads) if i == e.input)
+                full = self._whole.view(self.flats[len(p.kernel.inputs) + j], add(e.index, lit(p.pads[j][1])))
+            else:
+                full = self._whole.view(self.flats[e.input], e.index)
             span = p.spans[e]
             ndim = p.ndim
 
@@ -772,6 +816,8 @@ def run(p: Plan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
     if kernel.numel == 0:
         return
     flats = flat_inputs(kernel, inputs)
+    for i, before, after in p.pads:
+        flats.append(np.concatenate([np.zeros(before, flats[i].dtype), flats[i], np.zeros(after, flats[i].dtype)]))
     targets = [o if o.flags.c_contiguous else np.empty(o.shape, o.dtype) for o in outputs]
     _run(p, flats, [t.reshape(kernel.shape) for t in targets], threads)
     for out, target in zip(outputs, targets):
