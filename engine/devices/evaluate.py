@@ -738,7 +738,7 @@ def _contract(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
     rest = [i for i in range(p.ndim) if i not in sa and i not in sb]
     am = a.transpose(batch + ma + inner + [i for i in range(p.ndim) if i not in sa]).reshape(size[0], size[1], size[2])
     bm = b.transpose(batch + inner + nb + [i for i in range(p.ndim) if i not in sb]).reshape(size[0], size[2], size[3])
-    c = np.matmul(_blasable(am), _blasable(bm))
+    c = np.matmul(_blasable(am[0]), _blasable(bm[0]))[None] if size[0] == 1 else np.matmul(_blasable(am), _blasable(bm))
     order = batch + ma + nb
     c = c.reshape([shape[i] for i in order] + [1] * (len(rest) + len(inner)))
     c = c.transpose(np.argsort(order + rest + inner))
@@ -746,10 +746,10 @@ def _contract(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
 
 
 def _blasable(x: np.ndarray) -> np.ndarray:
-    """``x`` (a stack of matrices) laid out so that ``np.matmul`` hands it to BLAS."""
+    """``x`` (a matrix or a stack of them) laid out so that ``np.matmul`` hands it to BLAS."""
     item = x.itemsize
-    s1, s2 = x.strides[1:]
-    if (s2 == item and s1 >= max(x.shape[2], 1) * item) or (s1 == item and s2 >= max(x.shape[1], 1) * item):
+    s1, s2 = x.strides[-2:]
+    if (s2 == item and s1 >= max(x.shape[-1], 1) * item) or (s1 == item and s2 >= max(x.shape[-2], 1) * item):
         return x
     return np.ascontiguousarray(x)
 

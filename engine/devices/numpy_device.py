@@ -53,7 +53,7 @@ class NumpyDevice:
     """Seconds per numpy call (one per node per chunk)."""
 
     def __init__(self, max_elements: int = CHUNK_ELEMENTS, threads: int | None = None,
-                 view_elements: int = MAX_ELEMENTS) -> None:
+                 view_elements: int | None = MAX_ELEMENTS) -> None:
         self.max_elements = max_elements
         self.threads = min(os.cpu_count() or 1, 8) if threads is None else threads
         self.view_elements = view_elements
@@ -142,7 +142,8 @@ class LibraryDevice(NumpyDevice):
         super().__init__(max_elements, threads, max_elements)
 
     def supports(self, kernel: Kernel) -> bool:
-        return contraction(kernel) is not None and self._plan(kernel).factors is not None
+        p = self._plan(kernel)  # on the kernel with split variables: heads read as g // k are affine there
+        return contraction(p.kernel) is not None and p.factors is not None
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         assert self.supports(kernel), "not a contraction kernel"

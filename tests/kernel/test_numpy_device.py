@@ -235,14 +235,15 @@ def test_every_dtype_matches_eval_node(dtype: DType) -> None:
         k = elementwise(
             [vx, vy], vx.shape, lambda e, op=op, dt=out_dt: [Op(op, (e[0],) if op in UNARY else (e[0], e[1]), dt)]
         )
-        (out,) = evaluate(k, [x, y])
         args = [vx.numpy(x)] if op in UNARY else [vx.numpy(x), vy.numpy(y)]
         want = ref_op(op, out_dt, *args)
-        assert out.dtype == want.dtype, op
-        if out_dt.is_float and op in ("exp2", "log2", "sin", "cos", "pow"):
-            close(out, want, out_dt)  # SIMD loops may differ by an ulp between strided and contiguous arrays
-        else:
-            np.testing.assert_array_equal(out, want, err_msg=op)
+        for limit, threads in ((ev.CHUNK_ELEMENTS, 1), (7, 2)):  # one chunk; chunks of 7 on two threads
+            (out,) = evaluate(k, [x, y], limit, threads)
+            assert out.dtype == want.dtype, op
+            if out_dt.is_float and op in ("exp2", "log2", "sin", "cos", "pow"):
+                close(out, want, out_dt)  # SIMD loops may differ by an ulp between strided and contiguous arrays
+            else:
+                np.testing.assert_array_equal(out, want, err_msg=op)
 
 
 @pytest.mark.parametrize("src", list(OPS), ids=str)
@@ -264,8 +265,9 @@ def test_casts_and_consts(src: DType) -> None:
 def test_reduce_middle_axis(op: str, dtype: DType) -> None:
     x = data((3, 7, 5), dtype)
     k, _ = reduction(leaf(0, (3, 7, 5), dtype), [1], op)
-    (out,) = evaluate(k, [x])
-    close(out, ref_reduce(op, x, [1], dtype), dtype)
+    for limit, threads in ((ev.CHUNK_ELEMENTS, 1), (4, 2), (4, 3)):
+        (out,) = evaluate(k, [x], limit, threads, view_elements=limit)
+        close(out, ref_reduce(op, x, [1], dtype), dtype)
 
 
 @pytest.mark.parametrize("op", ["sum", "max"])
@@ -594,3 +596,139 @@ def test_library_broadcast_operand() -> None:
     k = Kernel((Buffer((3, 4, 5), F32), Buffer((5, 6), F32)), (3, 4, 6), gs, red, (Acc(F32),))
     assert LibraryDevice().supports(k)
     close(launch(LibraryDevice(), k, [a, b])[0], a @ b, F32)
+
+
+# ---- threads, variable splits, padded views, contractions of computed factors
+
+
+@pytest.mark.parametrize("dtype", [DType.F32, DType.I32, DType.BOOL], ids=str)
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_a_reduce_split_over_threads(op: str, dtype: DType) -> None:
+    """One global chunk: threads take ranges of its reduce blocks and combine their partial results in order."""
+    x = data((9, 11, 4), dtype)
+    k, _ = reduction(leaf(0, (9, 11, 4), dtype), [0, 1, 2], op)
+    p = plan(k, 8, 8)
+    assert len(list(p.chunks())) == 1 and p.chunk_count > 3
+    want = ref_reduce(op, x, [0, 1, 2], dtype)
+    for threads in (1, 2, 5):
+        (out,) = evaluate(k, [x], 8, threads, view_elements=8)
+        if op == "sum" and dtype.is_float:
+            close(out, want, dtype)
+        else:
+            np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 1), (1,), (4, 1, 3), (0, 3), (1, 0)])
+def test_size_one_and_zero_dims_on_threads(shape: tuple[int, ...]) -> None:
+    x = data(shape)
+    k = elementwise([leaf(0, shape)], shape, lambda e: [Op("mul", (Op("relu", (e[0],), F32), e[0]), F32)])
+    want = ref_op("mul", F32, ref_op("relu", F32, x), x)
+    for limit in (1, 2, ev.CHUNK_ELEMENTS):
+        np.testing.assert_array_equal(evaluate(k, [x], limit, 2)[0], want)
+    for axes in ([0], [len(shape) - 1]):
+        op = "max" if x.size else "sum"  # a max over nothing has no reference value
+        r, _ = reduction(leaf(0, shape), axes, op)
+        close(evaluate(r, [x], 1, 2, view_elements=1)[0], ref_reduce(op, x, axes, F32), F32)
+
+
+def test_outputs_written_straight_and_through_copies() -> None:
+    """An op spanning the chunk writes into the output; the same value stored twice, a load, a const are copied."""
+    x = data((6, 5))
+    v = leaf(0, (6, 5))
+    c = Const(Scalar(2.0, F32), F32)
+    k = elementwise([v], (6, 5), lambda e: [Op("mul", (e[0], c), F32), Op("mul", (e[0], c), F32), e[0], c])
+    p = plan(k, 8)
+    assert p.slots[k.outputs[0]] == -1
+    outs = [np.empty((6, 5), np.float32), np.asfortranarray(np.empty((6, 5), np.float32)), *[np.empty((6, 5), np.float32)] * 2]
+    outs[3] = np.empty((6, 5), np.float32)
+    ev.run(p, [x], outs, threads=2)
+    for o, want in zip(outs, [x * 2, x * 2, x, np.full((6, 5), 2.0, np.float32)]):
+        np.testing.assert_array_equal(o, want)
+
+
+def test_split_vars_turn_div_and_mod_into_views(gathers: list[int]) -> None:
+    """``x[g // 4 + 3 * (g % 4)]`` (a transpose through a flat index) becomes two axes and a strided view."""
+    x = data((12,))
+    g = Var("g0", 12)
+    idx = add(floordiv(var(g), 4), scale(mod(var(g), 4), 3))
+    k = Kernel((Buffer((12,), F32),), (12,), (g,), None, (Op("neg", (Load(0, idx, 12, F32),), F32),))
+    p = plan(k)
+    assert p.kernel.shape == (3, 4) and all(load.index.is_affine for load in p.kernel.loads())
+    i = np.arange(12)
+    for limit in (5, ev.CHUNK_ELEMENTS):
+        np.testing.assert_array_equal(evaluate(k, [x], limit, 2)[0], -x[i // 4 + 3 * (i % 4)])
+    assert gathers == []
+
+
+def test_modulo_coefficients_reduce() -> None:
+    """``(g + 7*r) % 6`` is ``g + r`` while that stays below 6: the load becomes affine."""
+    g, r = Var("g0", 3), Var("r0", 3)
+    idx = mod(add(var(g), scale(var(r), 7)), 6)
+    k = Kernel((Buffer((6,), F32),), (3,), (g,), Reduce("sum", (r,), Load(0, idx, 6, F32)), (Acc(F32),))
+    assert all(load.index.is_affine for load in plan(k).kernel.loads())
+    x = data((6,))
+    close(evaluate(k, [x])[0], np.array([x[j:j + 3].sum() for j in range(3)], np.float32), F32)
+
+
+def test_clamped_affine_loads_read_a_padded_copy(gathers: list[int]) -> None:
+    """A 1-D convolution with padding 1: the padded operand is a view of a zero-padded copy, no gather."""
+    x, w = data((7,)), data((3,))
+    g, r = Var("g0", 7), Var("r0", 3)
+    padded = leaf(0, (7,)).pad(((1, 1),))
+    body = Op("mul", (padded.at([add(var(g), var(r))]), Load(1, var(r), 3, F32)), F32)
+    k = Kernel((Buffer((7,), F32), Buffer((3,), F32)), (7,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
+    assert any(load.clamped for load in k.loads()) and plan(k).pads == ((0, 1, 1),)
+    xp = np.pad(x, 1)
+    want = np.array([xp[j:j + 3] @ w for j in range(7)], np.float32)
+    for limit in (2, ev.CHUNK_ELEMENTS):
+        close(evaluate(k, [x, w], limit, 2)[0], want, F32)
+    assert gathers == []
+
+
+@pytest.mark.parametrize("dtype", [DType.F16, DType.F32, DType.F64], ids=str)
+def test_contraction_of_computed_factors(dtype: DType) -> None:
+    """``sum_r relu(a[g0, r] + c[r]) * b[r, g1]``: the factor is computed over (g0, r) only, then matmul'd."""
+    a, c, b = data((5, 7), dtype), data((7,), dtype), data((7, 6), dtype)
+    g0, g1, r = Var("g0", 5), Var("g1", 6), Var("r0", 7)
+    fa = Op("relu", (Op("add", (Load(0, add(scale(var(g0), 7), var(r)), 35, dtype), Load(1, var(r), 7, dtype)),
+                            dtype),), dtype)
+    fb = Load(2, add(scale(var(r), 6), var(g1)), 42, dtype)
+    red = Reduce("sum", (r,), Op("mul", (fa, fb), dtype))
+    bufs = (Buffer((5, 7), dtype), Buffer((7,), dtype), Buffer((7, 6), dtype))
+    k = Kernel(bufs, (5, 6), (g0, g1), red, (Op("neg", (Acc(dtype),), dtype),))
+    p = plan(k)
+    assert p.factors is not None and p.spans[fa] == (0, 2)
+    assert plan(k, view_elements=None).factors is None
+    h = np.maximum(a.astype(np.float64) + c, 0)
+    want = (-(h @ b)).astype(dtype.numpy)
+    for max_elements in (ev.CHUNK_ELEMENTS, 8):
+        for device in (NumpyDevice(max_elements, threads=2, view_elements=max_elements),):
+            close(launch(device, k, [a, c, b])[0], want, dtype)
+    close(evaluate(k, [a, c, b], view_elements=None)[0], want, dtype)
+
+
+def test_batched_contraction_through_heads(gathers: list[int]) -> None:
+    """``q[h, i, d] k[h, j, d]`` with heads read as ``g1 // 4``: split, then one batched matmul, no gather."""
+    q, kk = data((2, 3, 5)), data((2, 4, 5))
+    g0, g1, r = Var("g0", 3), Var("g1", 8), Var("r0", 5)
+    h, j = floordiv(var(g1), 4), mod(var(g1), 4)
+    lq = Load(0, add(scale(h, 15), scale(var(g0), 5), var(r)), 30, F32)
+    lk = Load(1, add(scale(h, 20), scale(j, 5), var(r)), 40, F32)
+    red = Reduce("sum", (r,), Op("mul", (lq, lk), F32))
+    k = Kernel((Buffer((2, 3, 5), F32), Buffer((2, 4, 5), F32)), (3, 8), (g0, g1), red, (Acc(F32),))
+    p = plan(k)
+    assert p.factors is not None and p.kernel.shape == (3, 2, 4)
+    want = np.einsum("hid,hjd->ihj", q, kk).reshape(3, 8)
+    close(launch(LibraryDevice(), k, [q, kk])[0], want, F32)
+    close(launch(NumpyDevice(), k, [q, kk])[0], want, F32)
+    assert gathers == []
+
+
+def test_estimates_follow_the_plan() -> None:
+    """Bigger work costs more; a contraction's estimate counts flops, far below streaming its product."""
+    dev = NumpyDevice()
+    small, big = (elementwise([leaf(0, s)], s, lambda e: [Op("exp2", (e[0],), F32)]) for s in ((64, 64), (1024, 1024)))
+    assert 0 < dev.estimate(small) < dev.estimate(big)
+    mm = matmul("NN", 256, 256, 256)
+    streamed = NumpyDevice(view_elements=None)
+    assert dev.estimate(mm) < streamed.estimate(mm) / 5
