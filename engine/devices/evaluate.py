@@ -2,15 +2,19 @@
 
 Every loop variable gets its own array axis: the kernel's global ``vars`` first,
 then the reduce ``vars``, so a variable's values are a broadcastable
-``arange``.  An affine, unclamped ``Load`` is read through a zero-copy
-``as_strided`` view of its input (the coefficient of each variable is its
-stride; a variable the index does not use gets a size-1, stride-0 axis), any
-other load gathers with ``np.take``.  Every node's value therefore only spans
-the axes it depends on (its *span*), which hoists loop-invariant work for free.
+``arange``.  An affine ``Load`` is a zero-copy strided view of its input (the
+coefficient of each variable is its stride; a variable the index does not use
+gets a size-1, stride-0 axis); a clamped affine load views a zero-padded copy
+of its input, any other load gathers with ``np.take``.  Every node's value
+therefore only spans the axes it depends on (its *span*), which hoists
+loop-invariant work for free.  Before planning, ``split_vars`` simplifies the
+indices: modulo coefficients are reduced and a variable read as ``v // k`` or
+``v % k`` becomes two variables, so head-split and padded reads turn affine.
 
-The iteration space is evaluated in chunks (``Plan``) of at most
-``max_elements`` elements, reduce axes included: small enough (the default
-``CHUNK_ELEMENTS``) that a chunk's intermediates stay in the L2 cache.  Each
+The iteration space is evaluated in chunks (``Plan``) in which no materialised
+value (anything but a view or a constant) exceeds ``max_elements`` elements:
+small enough (``CHUNK_ELEMENTS``) that a chunk's intermediates stay in the L2
+cache; a chunk that only views its inputs grows up to ``view_elements``.  Each
 ``Op`` whose numpy ufunc computes exactly what the reference interpreter does
 (same dtypes in and out, no float16) writes with ``out=`` into a buffer of a
 per-thread workspace, reused from chunk to chunk and, through liveness, from
@@ -26,11 +30,11 @@ its loops): contiguous ranges of global chunks, or, when there is one global
 chunk, contiguous ranges of its reduce blocks whose partial results are
 combined in thread order, so results do not depend on timing.
 
-A *contraction* kernel (a float ``sum`` of ``mul(a, b)`` where each factor
-spans an axis the other does not, like a matmul or a convolution) never forms
-the product: ``a`` and ``b`` are evaluated over their own spans and contracted
-by ``np.einsum`` (BLAS), one global chunk at a time, bounded by
-``view_elements`` (materialised factors and output chunk).
+A *contraction* kernel (a float ``sum`` of ``mul(a, b)`` whose factors both
+span a reduce axis, like a matmul or a convolution) never forms the product:
+``a`` and ``b`` are evaluated over their own spans and contracted by one
+batched ``np.matmul`` (BLAS, itself multi-threaded), one global chunk at a
+time, materialised factors and output chunk bounded by ``view_elements``.
 """
 
 from __future__ import annotations
@@ -144,7 +148,7 @@ class Plan:
     reduce_blocks: tuple[tuple[Block, ...], ...]
     """For each reduce axis, the blocks a chunk takes along it."""
     factors: tuple[Expr, Expr] | None = None
-    """A contraction's two factors (``einsum`` computes the reduce), else None."""
+    """A contraction's two factors (``np.matmul`` computes the reduce), else None."""
     spans: dict[Expr, tuple[int, ...]] = field(default_factory=dict, repr=False)
     """The axes each node's value spans (its other axes have size 1)."""
     ufuncs: dict[Expr, Ufunc] = field(default_factory=dict, repr=False)

@@ -34,19 +34,20 @@ class NumpyDevice:
     """Runs any kernel with the vectorised numpy evaluator (``engine.devices.evaluate``).
 
     Kernels are evaluated in L2-sized chunks on ``threads`` threads, one numpy
-    call per node per chunk; contractions go to ``np.einsum`` (BLAS).  Nominal
-    numbers measured on a 2-core CPU: elementwise chains run at about 1.5 G
-    element-ops/s per thread (exp counts as one op), streams at about 10 GB/s.
+    call per node per chunk; contractions go to ``np.matmul`` (BLAS).  Nominal
+    numbers measured on a 2-core CPU: float32 ufuncs on L2-resident chunks take
+    0.2-0.8 ns an element (exp2 the most), so about 1 G element-ops/s per
+    thread; reduces of strided views stream at about 7 GB/s.
     """
 
     name = "numpy"
     pool = HOST
-    bandwidth = 10e9
+    bandwidth = 7e9
     """Nominal bytes/s of host memory as numpy streams it."""
-    throughput = 1.5e9
+    throughput = 1.0e9
     """Nominal element-ops/s of one thread."""
-    flops = 30e9
-    """Nominal flop/s of a contraction (BLAS through einsum)."""
+    flops = 40e9
+    """Nominal flop/s of a contraction (BLAS through np.matmul)."""
     launch_overhead = 20e-6
     """Seconds per launch."""
     op_overhead = 2e-6
@@ -125,16 +126,16 @@ def contraction(kernel: Kernel) -> tuple[Load, Load] | None:
 
 
 class LibraryDevice(NumpyDevice):
-    """The BLAS library kernel: a matmul-shaped reduce (any layout, batched or not) by ``np.einsum``.
+    """The BLAS library kernel: a matmul-shaped reduce (any layout, batched or not) by ``np.matmul``.
 
     Elementwise ops after the reduce (bias, activation) run on the numpy
     evaluator, in output chunks of at most ``max_elements``.  Nominal numbers:
-    about 40 GFLOP/s on a 2-core CPU (numpy's 1024^3 matmul measured 48 ms).
+    about 50 GFLOP/s on a 2-core CPU (a 1024^3 plan measured 37-45 ms).
     """
 
     name = "blas"
     pool = HOST
-    flops = 40e9
+    flops = 50e9
     launch_overhead = 10e-6
     """Seconds per launch: less than the generic device, which evaluates its factors through the node machinery."""
 
