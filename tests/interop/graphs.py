@@ -71,3 +71,32 @@ def egglog_arith(iterations: int = 6, terms: int = 2) -> dict[str, Any]:
     )
     egraph.run(iterations)
     return json.loads(egraph._serialize().to_json())
+
+
+def egglog_sharing() -> dict[str, Any]:
+    """egglog's serialization of ``f(arg(0), arg(1))`` where each argument (cost 4) also equals ``shared().use(k)``
+    (cost 1) of one ``shared()`` (cost 4).  With the two ``i64`` leaves (cost 1 each), greedy's tree cost keeps the
+    arguments (DAG cost 11); sharing ``shared()`` costs 9."""
+    from egglog import EGraph, Expr, i64Like, method, rewrite
+
+    class T(Expr):
+        @method(cost=4)
+        @classmethod
+        def arg(cls, k: i64Like) -> T: ...
+
+        @method(cost=4)
+        @classmethod
+        def shared(cls) -> T: ...
+
+        @method(cost=1)
+        def use(self, k: i64Like) -> T: ...
+
+        @method(cost=1)
+        @classmethod
+        def f(cls, x: T, y: T) -> T: ...
+
+    egraph = EGraph()
+    egraph.let("root", T.f(T.arg(0), T.arg(1)))
+    egraph.register(rewrite(T.arg(0)).to(T.shared().use(0)), rewrite(T.arg(1)).to(T.shared().use(1)))
+    egraph.run(2)
+    return json.loads(egraph._serialize().to_json())

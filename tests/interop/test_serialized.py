@@ -16,7 +16,7 @@ from engine.interop import (
     loads_serialized,
     parse_serialized,
 )
-from tests.interop.graphs import CYCLE, SHARING, egglog_arith, node
+from tests.interop.graphs import CYCLE, SHARING, egglog_arith, egglog_sharing, node
 
 
 def test_a_hand_made_file_round_trips_its_fields(tmp_path):
@@ -144,3 +144,13 @@ def test_egglog_serializations():
         for cls, nid in r.chosen.items():
             assert fg.nodes[nid].eclass == cls and not fg.nodes[nid].subsumed
             assert set(fg.child_classes(fg.nodes[nid])) <= set(r.chosen)
+
+
+def test_egglog_sharing_beats_greedy():
+    """On egglog's file too, the DAG extractors share a subterm greedy's tree cost avoids."""
+    fg = parse_serialized(egglog_sharing())
+    results = {r.method: r for r in extract_all(fg)}
+    assert results["greedy"].dag_cost == 11.0
+    assert results["dag"].dag_cost == results["ilp"].dag_cost == 9.0 and results["ilp"].status == "optimal"
+    shared = [c for c, n in results["ilp"].chosen.items() if fg.nodes[n].op.endswith("shared")]
+    assert len(shared) == 1 and shared[0] not in results["greedy"].chosen
