@@ -54,7 +54,7 @@ class ForeignApp(App):
     AUTO_FOCUS = "#foreign-classes"
     CSS = """
     #foreign-main { height: 1fr; }
-    #foreign-classes { width: 3fr; }
+    #foreign-classes { width: 5fr; }
     #foreign-right { width: 4fr; }
     #foreign-forms-title, #foreign-results-title { background: $panel; text-style: bold; }
     #foreign-results { height: 5; }
@@ -85,7 +85,7 @@ class ForeignApp(App):
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="foreign-main"):
-            yield LineTable([Column("class", 24), Column("type", 14), Column("forms", 5, right=True),
+            yield LineTable([Column("class", 30), Column("type", 16), Column("forms", 5, right=True),
                              Column("readers", 7, right=True), Column("chosen", 6)], id="foreign-classes")
             with Vertical(id="foreign-right"):
                 yield Static("forms", id="foreign-forms-title")

@@ -68,7 +68,7 @@ class TuneCache:
         path = self.path(device)
         try:
             text = path.read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             self.status[device.name] = "missing"
             return {}
         except OSError as e:  # unreadable (permissions): tune without it
