@@ -88,11 +88,15 @@ _FLOAT_UFUNCS = {"div": np.divide, "pow": np.power}  # integer div and pow have 
 
 @dataclass(frozen=True)
 class Ufunc:
-    """An ``Op`` as one ufunc call with ``out=``: ``ufunc(*pre, *args, *post, out=...)``; ``ufunc=None`` is a cast."""
+    """A node computed into a buffer: ``ufunc(*pre, *args, *post, out=...)``; without a ufunc a cast or a ``Where``.
+
+    A ``Where`` copies ``otherwise`` into its buffer, then ``then`` where the bounds hold.
+    """
 
     ufunc: np.ufunc | None
     pre: tuple[np.ndarray, ...] = ()
     post: tuple[np.ndarray, ...] = ()
+    where: bool = False
 
 
 def _ufunc(e: Op) -> Ufunc | None:
@@ -378,6 +382,8 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
         blocks = _fit_blocks(gdims + rdims, held, max_elements, view_elements or max_elements)
     gblocks, rblocks = tuple(blocks[: len(gdims)]), tuple(blocks[len(gdims) :])
     ufuncs = {e: f for e in (*body, *outputs) if isinstance(e, Op) and (f := _ufunc(e)) is not None}
+    ufuncs |= {e: Ufunc(None, where=True) for e in (*body, *outputs)
+               if isinstance(e, Where) and e.then.dtype == e.otherwise.dtype == e.dtype}
     first = tuple(b[0][1] if b else 0 for b in gblocks)
     body_shape = first + tuple(b[0][1] if b else 0 for b in rblocks)
     direct = {}
@@ -402,7 +408,7 @@ def _allocate(order: Sequence[Expr], ufuncs: dict[Expr, Ufunc], spans: dict[Expr
         dying = [c for c in set(e.children()) if last.get(c) == i and c in slots and slots[c] >= 0]
         if e in ufuncs and e not in slots:
             dt = e.dtype.numpy
-            same = [c for c in dying if spans[c] == spans[e] and c.dtype.numpy == dt]
+            same = [] if isinstance(e, Where) else [c for c in dying if spans[c] == spans[e] and c.dtype.numpy == dt]
             for c in same:  # in place: an argument of the same span dies here
                 free.setdefault(dt, []).append(slots[c])
             size = math.prod(shape[a] for a in spans[e])
@@ -582,7 +588,7 @@ class Workspace:
         p, k = self.plan, self.index[e]
         fn = p.ufuncs.get(e)
         if fn is not None:
-            assert isinstance(e, Op)
+            assert isinstance(e, (Op, Where))
             return self._ufunc_step(k, e, fn)
         if isinstance(e, Load) and e.index.is_affine:
             if e.clamped:
@@ -616,13 +622,20 @@ class Workspace:
 
         return generic
 
-    def _ufunc_step(self, k: int, e: Op, fn: Ufunc) -> Step:
+    def _ufunc_step(self, k: int, e: Op | Where, fn: Ufunc) -> Step:
         slot = self.plan.slots[e]
-        args = tuple(self.index[a] for a in e.args)
+        args = tuple(self.index[a] for a in e.children())
         span = self.plan.spans[e]
         views: dict[tuple[int, ...], np.ndarray] = {}
         buffer = self.buffers[slot] if slot >= 0 else None
         uf, pre, post = fn.ufunc, fn.pre, fn.post
+        p = self.plan
+        order = [a for a in range(p.ndim) if a not in span]
+        if p.factors is not None:  # a contraction's factors: reduce axes outermost, so BLAS reads them as they are
+            order += [a for a in span if a in p.reduce_axes] + [a for a in span if a not in p.reduce_axes]
+        else:
+            order += list(span)
+        back = np.argsort(order)
 
         def target(shape: tuple[int, ...], wins: list) -> np.ndarray:
             if buffer is None:
@@ -630,9 +643,19 @@ class Workspace:
             out = views.get(shape)
             if out is None:
                 size = math.prod(shape[a] for a in span)
-                out = views[shape] = buffer[:size].reshape([n if a in span else 1 for a, n in enumerate(shape)])
+                out = views[shape] = buffer[:size].reshape([shape[a] if a in span else 1 for a in order]).transpose(back)
             return out
 
+        if fn.where:
+            assert isinstance(e, Where)
+            then, otherwise = args
+
+            def where(vals: list, frame: Frame, shape: tuple[int, ...], sls: tuple[slice, ...], wins: list) -> None:
+                out = vals[k] = target(shape, wins)
+                np.copyto(out, vals[otherwise])
+                np.copyto(out, vals[then], where=_mask(e, frame))
+
+            return where
         if uf is None:
             (a0,) = args
 

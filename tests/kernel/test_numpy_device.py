@@ -732,3 +732,22 @@ def test_estimates_follow_the_plan() -> None:
     mm = matmul("NN", 256, 256, 256)
     streamed = NumpyDevice(view_elements=None)
     assert dev.estimate(mm) < streamed.estimate(mm) / 5
+
+
+def test_convolution_contracts_a_masked_factor(gathers: list[int]) -> None:
+    """A 3x3 convolution, padding 1: the padded window (a ``Where``) is materialised, then one matmul."""
+    x, w = data((2, 5, 5)), data((3, 2, 3, 3))
+    go, gh, gw = gvars((3, 5, 5))
+    rc, ri, rj = Var("r0", 2), Var("r1", 3), Var("r2", 3)
+    window = leaf(0, (2, 5, 5)).pad(((0, 0), (1, 1), (1, 1))).at([var(rc), add(var(gh), var(ri)), add(var(gw), var(rj))])
+    weight = leaf(1, (3, 2, 3, 3)).at([var(go), var(rc), var(ri), var(rj)])
+    red = Reduce("sum", (rc, ri, rj), Op("mul", (window, weight), F32))
+    k = Kernel((Buffer((2, 5, 5), F32), Buffer((3, 2, 3, 3), F32)), (3, 5, 5), (go, gh, gw), red, (Acc(F32),))
+    p = plan(k)
+    assert p.factors is not None and isinstance(p.factors[0], Where) and p.factors[0] in p.ufuncs
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1)))
+    cols = np.stack([xp[:, i:i + 5, j:j + 5] for i in range(3) for j in range(3)], 1)  # [c, 9, h, w]
+    want = np.einsum("ckhw,ock->ohw", cols, w.reshape(3, 2, 9))
+    for device in (NumpyDevice(), NumpyDevice(view_elements=60), NumpyDevice(view_elements=None)):
+        close(launch(device, k, [x, w])[0], want, F32)
+    assert gathers == []
