@@ -108,6 +108,10 @@ class Measured:
     ok: bool
     details: list[str]
     """Per launched kernel: device, shape, variant, measured milliseconds."""
+    moved: int
+    """Bytes the plan's kernels read and write (each kernel's inputs and outputs once)."""
+    note: str
+    """Empty when the outputs verified; else the largest error against the reference and the tolerance."""
 
 
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
@@ -116,7 +120,9 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     c = compile_program(program, devices, Options(execute=False, tune_cache=False, tune_budget=budget))
     compile_seconds = time.perf_counter() - start
     tune_seconds = sum(r.elapsed for r in c.tuning.values())
-    ok = run(c, inputs).ok
+    verification = run(c, inputs)
+    ok = verification.ok
+    worst = max(verification.outputs, key=lambda o: o.max_error / (o.atol + o.rtol))
     plan = c.plan
     assert plan is not None
     counts: dict[str, int] = {}
@@ -142,7 +148,10 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
         if r is not None:
             details.append("    " + "; ".join(f"{t.variant}: {ms(t.seconds) if t.seconds else t.status}"
                                             for t in r.trials))
-    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details)
+    note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
+    moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
+                for s in plan.launches())
+    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note)
 
 
 # -- peers --------------------------------------------------------------------------
@@ -263,8 +272,8 @@ def cpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         b = measure_plan(program, every, inputs, budget, args.repeats, kernels_only=False)
         best = min(a.seconds, b.seconds)
         bw = io_bytes(program) / best
-        row = [name, ms(eager), ms(a.seconds) + ("" if a.ok else " WRONG"), ratio(eager, a.seconds),
-               ms(b.seconds) + ("" if b.ok else " WRONG"), ratio(eager, b.seconds), b.kernels,
+        row = [name, ms(eager), ms(a.seconds) + a.note, ratio(eager, a.seconds),
+               ms(b.seconds) + b.note, ratio(eager, b.seconds), b.kernels,
                f"{bw / 1e9:.1f} ({100 * bw / copy:.0f}%)", f"{a.tune_seconds:.1f}/{b.tune_seconds:.1f}"]
         peer = []
         for _, device, beam in tg:
@@ -313,7 +322,7 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         tg = [("tinygrad CUDA", "CUDA", 0), ("tinygrad CL", "CL", 0)]
         if args.beam:
             tg.append((f"tinygrad CUDA BEAM={args.beam}", "CUDA", args.beam))
-    head = ["workload", "ours ms", "GB/s", "% copy", "GFLOP/s", "torch ms", "torch/ours", "tune s", "kernels"]
+    head = ["workload", "ours ms", "GB/s", "% copy", "kernels' GB/s (% copy)", "GFLOP/s", "torch ms", "torch/ours", "tune s", "kernels"]
     head += [f"{name} ms" for name, _, _ in tg] + ["tinygrad/ours"] * bool(tg)
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
@@ -326,8 +335,9 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         ours = measure_plan(program, [gpu], inputs, budget, args.repeats, kernels_only=True)
         f = flops(program)
         theirs = _torch_time(torch, kind, inputs, args.repeats) if torch and kind else None
-        row = [label, ms(ours.seconds) + ("" if ours.ok else " WRONG"), f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
+        row = [label, ms(ours.seconds) + ours.note, f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
                f"{100 * io_bytes(program) / ours.seconds / copy:.0f}%" if kind in BANDWIDTH_BOUND else "-",
+               f"{ours.moved / ours.seconds / 1e9:.0f} ({100 * ours.moved / ours.seconds / copy:.0f}%)",
                f"{f / ours.seconds / 1e9:.0f}" if f and kind in ("matmul", "") else "-", ms(theirs), ratio(theirs, ours.seconds),
                f"{ours.tune_seconds:.1f}", ours.kernels]
         peer = []

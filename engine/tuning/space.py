@@ -64,9 +64,12 @@ def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
         _, before = upcast_axes(kernel)
         if before is not None:
             out += [Variant(local_size=local, upcast=4, tile=4), Variant(local_size=local, upcast=4, tile=2, unroll=2)]
-            if gpu:  # 2-D blocked work-groups (opencl.block): 64 x 64 and 128 x 64 outputs per group
+            if gpu:  # 2-D blocked work-groups (opencl.block), 64 x 64 to 128 x 128 outputs per group
                 out += [Variant(local_size=256, upcast=4, tile=4, unroll=4),
-                        Variant(local_size=256, upcast=4, tile=8, unroll=2)]
+                        Variant(local_size=256, upcast=4, tile=8, unroll=2),
+                        Variant(local_size=128, upcast=4, tile=8, unroll=2),
+                        Variant(local_size=256, upcast=8, tile=8),
+                        Variant(local_size=64, upcast=8, tile=8, unroll=2)]
     elif gpu:
         out.append(Variant(local_size=256))
     return [v for v in dict.fromkeys(out) if valid(kernel, v)]
