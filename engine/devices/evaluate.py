@@ -144,7 +144,7 @@ class Plan:
     axes: dict[Var, int]
     """Axis of each variable: global vars ``0 .. n-1``, then the reduce vars."""
     body: tuple[Expr, ...]
-    """The reduce body's nodes, children first (empty without a reduce; a contraction's factors only)."""
+    """The reduce body's nodes, children first (empty without a reduce; the factors' only, with factors or dot)."""
     outputs: tuple[Expr, ...]
     """The output expressions' nodes, children first."""
     global_blocks: tuple[tuple[Block, ...], ...]
@@ -163,6 +163,8 @@ class Plan:
     """Dtype and elements of each workspace buffer."""
     pads: tuple[tuple[int, int, int], ...] = ()
     """Inputs read through zero-padded copies (``_pads``)."""
+    dot: tuple[Expr, Expr] | None = None
+    """A streamed reduce's ``sum(a * b)`` factors: each block is reduced by a batched ``np.matmul``, unformed."""
 
     @property
     def ndim(self) -> int:
@@ -201,12 +203,14 @@ def _spans(kernel: Kernel, axes: dict[Var, int]) -> dict[Expr, tuple[int, ...]]:
     return out
 
 
-def _factors(kernel: Kernel, spans: dict[Expr, tuple[int, ...]], axes: dict[Var, int]) -> tuple[Expr, Expr] | None:
-    """The factors of a float ``sum(a * b)`` worth contracting.
+def _factors(kernel: Kernel, spans: dict[Expr, tuple[int, ...]], axes: dict[Var, int],
+             outer: bool) -> tuple[Expr, Expr] | None:
+    """The factors of a float ``sum(a * b)`` that ``np.matmul`` can reduce without forming the product.
 
-    Both factors span a reduce axis, every reduce axis is spanned by one, and a
-    factor that must be materialised (not a strided view) spans less than the
-    product does (axes of size 1 aside).
+    Both factors span a reduce axis and every reduce axis is spanned by one.
+    With ``outer`` (a contraction worth whole-reduce chunks), a factor that must
+    be materialised (not a strided view) spans less than the product does (axes
+    of size 1 aside).
     """
     red = kernel.reduce
     if red is None or red.op != "sum" or not red.dtype.is_float:
@@ -222,7 +226,7 @@ def _factors(kernel: Kernel, spans: dict[Expr, tuple[int, ...]], axes: dict[Var,
     rs = {axes[v] for v in red.vars if v.size > 1}
     if not (sa & rs and sb & rs and rs <= sa | sb):
         return None
-    if any(_materialised(f) and s == sa | sb for f, s in ((a, sa), (b, sb))):
+    if outer and any(_materialised(f) and s == sa | sb for f, s in ((a, sa), (b, sb))):
         return None
     return a, b
 
@@ -365,17 +369,18 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
     spans = _spans(kernel, axes)
     gdims = list(kernel.shape)
     rdims = [v.size for v in rvars]
-    factors = _factors(kernel, spans, axes) if view_elements is not None else None
+    factors = _factors(kernel, spans, axes, outer=True) if view_elements is not None else None
     blocks = None
     if factors is not None:
         assert view_elements is not None
         blocks = _contraction_blocks(gdims, rdims, [spans[f] for f in factors if _materialised(f)], view_elements)
         if blocks is None:
             factors = None
+    dot = _factors(kernel, spans, axes, outer=False) if factors is None else None
     if kernel.reduce is None:
         body: tuple[Expr, ...] = ()
     else:
-        body = tuple(schedule(factors if factors is not None else [kernel.reduce.body]))
+        body = tuple(schedule(factors or dot or [kernel.reduce.body]))
     outputs = tuple(schedule(kernel.outputs))
     if blocks is None:
         held = [spans[e] for e in (*body, *outputs) if _materialised(e) and not isinstance(e, (Const, Acc))]
@@ -396,7 +401,7 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
     _allocate(body, ufuncs, spans, body_shape, slots, slot_types)
     _allocate(outputs, ufuncs, spans, first + (1,) * len(rdims), slots, slot_types)
     return Plan(kernel, axes, body, outputs, gblocks, rblocks, factors, spans, ufuncs, slots, tuple(slot_types),
-                _pads(kernel))
+                _pads(kernel), dot)
 
 
 def _allocate(order: Sequence[Expr], ufuncs: dict[Expr, Ufunc], spans: dict[Expr, tuple[int, ...]],
@@ -576,6 +581,7 @@ class Workspace:
         nodes = [*p.body, *p.outputs, *([Acc(red.dtype)] if red else [])]
         self.index = {e: i for i, e in enumerate(dict.fromkeys(nodes))}
         self.template: list[Value | None] = [None] * len(self.index)
+        self.recipes: dict[tuple[int, ...], _Recipe] = {}
         whole = p.whole()
         self._whole = whole
         for e, i in self.index.items():
@@ -711,14 +717,19 @@ def reduce_blocks(ws: Workspace, chunk: tuple[Block, ...], rblocks: Sequence[tup
     shape = tuple(n for _, n in chunk) + (1,) * len(red.vars)
     total = np.empty(shape, accdt)
     part = np.empty(shape, accdt) if len(rblocks) > 1 else total
-    k = ws.index[red.body]
+    k = ws.index.get(red.body)
     for i, rblock in enumerate(rblocks):
         frame = Frame(p.axes, chunk + rblock)
-        body = eval_stage(ws.body, ws.template, frame, [])[k]
-        if body.shape != frame.shape:
-            body = np.broadcast_to(body, frame.shape)
+        vals = eval_stage(ws.body, ws.template, frame, [])
         target = total if i == 0 else part
-        ufunc.reduce(body, axis=p.reduce_axes, dtype=accdt, out=target, keepdims=True)
+        if p.dot is not None:
+            np.copyto(target, _product(ws, frame, chunk, *(vals[ws.index[f]] for f in p.dot)), casting="unsafe")
+        else:
+            assert k is not None
+            body = vals[k]
+            if body.shape != frame.shape:
+                body = np.broadcast_to(body, frame.shape)
+            ufunc.reduce(body, axis=p.reduce_axes, dtype=accdt, out=target, keepdims=True)
         if i:
             ufunc(total, part, out=total)
     return total
@@ -738,38 +749,75 @@ def reduce_chunk(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
 
 
 def _contract(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
-    """A contraction's reduce over one global chunk: its factors over their spans, then one batched ``np.matmul``.
-
-    Axes both factors span are batch (global) or contracted (reduce) axes; a
-    reduce axis only one factor spans is summed there first.
-    """
+    """A contraction's reduce over one global chunk: its factors over their spans, then ``_product``."""
     p = ws.plan
     red = p.kernel.reduce
     assert red is not None and p.factors is not None
     frame = Frame(p.axes, chunk + tuple((0, v.size) for v in red.vars))
     vals = eval_stage(ws.body, ws.template, frame, [])
-    ng = len(p.kernel.vars)
-    (a, sa), (b, sb) = ((widen(vals[ws.index[f]]), set(p.spans[f])) for f in p.factors)
-    a = np.broadcast_to(a, [frame.shape[i] if i in sa else 1 for i in range(p.ndim)])
-    b = np.broadcast_to(b, [frame.shape[i] if i in sb else 1 for i in range(p.ndim)])
-    only = tuple(i for i in sorted((sa ^ sb) - set(range(ng))))
-    if only:
-        a = np.add.reduce(a, axis=tuple(i for i in only if i in sa), keepdims=True) if sa - sb & set(only) else a
-        b = np.add.reduce(b, axis=tuple(i for i in only if i in sb), keepdims=True) if sb - sa & set(only) else b
-        sa, sb = sa - set(only), sb - set(only)
-    batch = sorted(sa & sb - set(p.reduce_axes))
-    inner = sorted(sa & sb & set(p.reduce_axes))
+    return round_to(_product(ws, frame, chunk, *(vals[ws.index[f]] for f in p.factors)), red.dtype)
+
+
+@dataclass(frozen=True)
+class _Recipe:
+    """How ``_product`` lays two factor values of one frame shape out as a batched matmul, and the result back."""
+
+    shapes: tuple[tuple[int, ...], tuple[int, ...]]
+    sums: tuple[tuple[int, ...], tuple[int, ...]]
+    """Reduce axes only one factor spans, summed there first."""
+    perms: tuple[tuple[int, ...], tuple[int, ...]]
+    dims: tuple[tuple[int, int, int], tuple[int, int, int]]
+    result: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
+    """Shape, then axis order, of the matmul's result, then the chunk's shape."""
+
+
+def _recipe(p: Plan, shape: tuple[int, ...], chunk: tuple[Block, ...]) -> _Recipe:
+    factors = p.factors or p.dot
+    assert factors is not None
+    ng, nd, raxes = len(p.kernel.vars), p.ndim, set(p.reduce_axes)
+    sa, sb = (set(p.spans[f]) for f in factors)
+    only = (sa ^ sb) & raxes
+    sums = (tuple(sorted(sa & only)), tuple(sorted(sb & only)))
+    sa_shape, sb_shape = (tuple(shape[i] if i in s else 1 for i in range(nd)) for s in (sa, sb))
+    sa, sb = sa - only, sb - only
+    batch, inner = sorted(sa & sb - raxes), sorted(sa & sb & raxes)
     ma, nb = sorted(sa - sb), sorted(sb - sa)
-    shape = frame.shape
     size = [math.prod(shape[i] for i in g) for g in (batch, ma, inner, nb)]
-    rest = [i for i in range(p.ndim) if i not in sa and i not in sb]
-    am = a.transpose(batch + ma + inner + [i for i in range(p.ndim) if i not in sa]).reshape(size[0], size[1], size[2])
-    bm = b.transpose(batch + inner + nb + [i for i in range(p.ndim) if i not in sb]).reshape(size[0], size[2], size[3])
-    c = np.matmul(_blasable(am[0]), _blasable(bm[0]))[None] if size[0] == 1 else np.matmul(_blasable(am), _blasable(bm))
+    rest = [i for i in range(nd) if i not in sa and i not in sb]
     order = batch + ma + nb
-    c = c.reshape([shape[i] for i in order] + [1] * (len(rest) + len(inner)))
-    c = c.transpose(np.argsort(order + rest + inner))
-    return round_to(np.broadcast_to(c, tuple(n for _, n in chunk) + (1,) * len(red.vars)), red.dtype)
+    return _Recipe(
+        (sa_shape, sb_shape),
+        sums,
+        (tuple(batch + ma + inner + [i for i in range(nd) if i not in sa]),
+         tuple(batch + inner + nb + [i for i in range(nd) if i not in sb])),
+        ((size[0], size[1], size[2]), (size[0], size[2], size[3])),
+        (tuple([shape[i] for i in order] + [1] * (len(rest) + len(inner))), tuple(np.argsort(order + rest + inner)),
+         tuple(n for _, n in chunk) + (1,) * (nd - ng)),
+    )
+
+
+def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarray, bv: np.ndarray) -> np.ndarray:
+    """``sum(a * b)`` over ``frame``'s reduce axes from the factors' values, by ``np.matmul`` (not yet rounded).
+
+    Axes both factors span are batch (global) or contracted (reduce) axes; a
+    reduce axis only one factor spans is summed there first.
+    """
+    shape = frame.shape
+    r = ws.recipes.get(shape)
+    if r is None:
+        r = ws.recipes[shape] = _recipe(ws.plan, shape, chunk)
+    ms = []
+    for v, target, axes, perm, dims in zip((av, bv), r.shapes, r.sums, r.perms, r.dims):
+        v = widen(v)
+        if v.shape != target:
+            v = np.broadcast_to(v, target)
+        if axes:
+            v = np.add.reduce(v, axis=axes, keepdims=True)
+        ms.append(v.transpose(perm).reshape(dims))
+    am, bm = ms
+    c = np.matmul(_blasable(am[0]), _blasable(bm[0]))[None] if am.shape[0] == 1 else np.matmul(_blasable(am), _blasable(bm))
+    c = c.reshape(r.result[0]).transpose(r.result[1])
+    return c if c.shape == r.result[2] else np.broadcast_to(c, r.result[2])
 
 
 def _blasable(x: np.ndarray) -> np.ndarray:

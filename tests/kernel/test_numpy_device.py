@@ -751,3 +751,25 @@ def test_convolution_contracts_a_masked_factor(gathers: list[int]) -> None:
     for device in (NumpyDevice(), NumpyDevice(view_elements=60), NumpyDevice(view_elements=None)):
         close(launch(device, k, [x, w])[0], want, F32)
     assert gathers == []
+
+
+@pytest.mark.parametrize("dtype", [DType.F16, DType.F32, DType.F64], ids=str)
+def test_streamed_sum_of_products_by_matmul(dtype: DType) -> None:
+    """``sum_r (x - m)^2`` (a variance) and ``sum_{r,s} a[g, r] * b[g, r, s]``: matmul'd per block, never formed."""
+    x, m = data((6, 9), dtype), data((6,), dtype)
+    g, r, q = Var("g0", 6), Var("r0", 9), Var("r1", 4)
+    d = Op("sub", (Load(0, add(scale(var(g), 9), var(r)), 54, dtype), Load(1, var(g), 6, dtype)), dtype)
+    var_k = Kernel((Buffer((6, 9), dtype), Buffer((6,), dtype)), (6,), (g,), Reduce("sum", (r,), Op("mul", (d, d), dtype)),
+                   (Acc(dtype),))
+    b = data((6, 9, 4), dtype)
+    lb = Load(1, add(scale(var(g), 36), scale(var(r), 4), var(q)), 216, dtype)
+    la = Load(0, add(scale(var(g), 9), var(r)), 54, dtype)
+    mixed = Kernel((Buffer((6, 9), dtype), Buffer((6, 9, 4), dtype)), (6,), (g,),
+                   Reduce("sum", (r, q), Op("mul", (la, lb), dtype)), (Acc(dtype),))
+    wide = x.astype(np.float64)
+    cases = [(var_k, [x, m], ((wide - m[:, None]) ** 2).sum(1)), (mixed, [x, b], np.einsum("gr,grs->g", wide, b))]
+    assert plan(var_k).dot is not None and plan(var_k).factors is None  # a materialised factor: streamed
+    assert plan(mixed).factors is not None and plan(mixed, view_elements=None).dot is not None
+    for k, xs, want in cases:
+        for limit, threads in ((ev.CHUNK_ELEMENTS, 1), (5, 2)):  # the reduce split into blocks, on two threads
+            close(evaluate(k, xs, limit, threads, view_elements=limit)[0], want.astype(dtype.numpy), dtype)
