@@ -42,6 +42,7 @@ Variants (``engine.devices.base.Variant``; transforms in ``engine.kernel.lanes``
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -173,8 +174,12 @@ def check(kernel: Kernel) -> None:
             raise UnsupportedKernelError("acc without a reduce of its dtype")
 
 
+@functools.lru_cache(maxsize=1024)
 def generate(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> str:
     """OpenCL C source of one ``__kernel void <kernel.name>(inputs..., outputs...)``.
+
+    Memoized (a plan's execution asks for each of its kernels' sources to find the built programs, and a big
+    kernel takes milliseconds to generate); equal kernels and variants have equal sources.
 
     A set ``variant.local_size`` (or ``group``) adds a ``reqd_work_group_size``
     attribute (the launch rounds the global size up to it; the extra work items
