@@ -863,7 +863,15 @@ def _run_chunks(p: Plan, chunks: Sequence[tuple[Block, ...]], flats: Sequence[np
     ws = Workspace(p, flats, outputs)
     with np.errstate(all="ignore"):
         for chunk in chunks:
-            _store(ws, chunk, reduce_chunk(ws, chunk) if p.kernel.reduce is not None else None)
+            acc = reduce_chunk(ws, chunk) if p.kernel.reduce is not None else None
+            if acc is None or p.factors is None:
+                _store(ws, chunk, acc)
+                continue
+            # a contraction's chunk is BLAS-sized: its epilogue runs in cache-sized pieces
+            pieces = _blocks([n for _, n in chunk], CHUNK_ELEMENTS)
+            for piece in itertools.product(*pieces):
+                where = tuple(slice(s, s + n) for s, n in piece)
+                _store(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, piece)), acc[where])
 
 
 def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],

@@ -773,3 +773,15 @@ def test_streamed_sum_of_products_by_matmul(dtype: DType) -> None:
     for k, xs, want in cases:
         for limit, threads in ((ev.CHUNK_ELEMENTS, 1), (5, 2)):  # the reduce split into blocks, on two threads
             close(evaluate(k, xs, limit, threads, view_elements=limit)[0], want.astype(dtype.numpy), dtype)
+
+
+def test_contraction_epilogue_in_cache_sized_pieces() -> None:
+    """An output chunk bigger than ``CHUNK_ELEMENTS``: relu(acc - row) runs piece by piece over it."""
+    mm = matmul("NN", 300, 260, 3)
+    gs = mm.vars
+    row = Load(2, var(gs[0]), 300, F32)
+    out = Op("relu", (Op("sub", (Acc(F32), row), F32),), F32)
+    k = Kernel((*mm.inputs, Buffer((300,), F32)), mm.shape, gs, mm.reduce, (out,))
+    assert ev.CHUNK_ELEMENTS < 300 * 260 and len(list(plan(k).chunks())) == 1
+    a, b, c = data((300, 3)), data((3, 260)), data((300,))
+    close(launch(LibraryDevice(), k, [a, b, c])[0], np.maximum(a @ b - c[:, None], 0), F32)
