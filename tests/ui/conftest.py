@@ -14,13 +14,18 @@ from engine.devices import LibraryDevice, NumpyDevice
 from engine.pipeline import Options
 from zyx_explorer.app import ExplorerApp
 
+THREADS = 2
+
 
 def make_app(name: str = "mlp.small", tmp_path=None, devices=None, options: Options | None = None,
              frozen: bool = False) -> ExplorerApp:
-    """The explorer on sample ``name``; ``frozen``: stage times read 0 (for snapshots)."""
+    """The explorer on sample ``name``; ``frozen``: stage times read 0 (for snapshots).
+
+    The default devices have a fixed thread count: their estimates must not depend on the machine's cores."""
     path = sample_graphs.path(name)
-    app = ExplorerApp(engine.load(path), path, screenshot_dir=tmp_path,
-                      devices=[NumpyDevice(), LibraryDevice()] if devices is None else devices, options=options)
+    if devices is None:
+        devices = [NumpyDevice(threads=THREADS), LibraryDevice(threads=THREADS)]
+    app = ExplorerApp(engine.load(path), path, screenshot_dir=tmp_path, devices=devices, options=options)
     if frozen:
         app.clock = lambda: 0.0
     return app
