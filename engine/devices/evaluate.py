@@ -44,6 +44,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -63,6 +64,7 @@ Block = tuple[int, int]
 """``(start, length)`` of one chunk along one axis."""
 
 Value = np.ndarray
+T = TypeVar("T")
 
 _UFUNCS: dict[str, np.ufunc] = {
     "neg": np.negative,
@@ -582,8 +584,7 @@ class Workspace:
         self.index = {e: i for i, e in enumerate(dict.fromkeys(nodes))}
         self.template: list[Value | None] = [None] * len(self.index)
         self.recipes: dict[tuple[int, ...], _Recipe] = {}
-        whole = p.whole()
-        self._whole = whole
+        self._whole = p.whole()
         for e, i in self.index.items():
             if isinstance(e, Const):
                 self.template[i] = round_to(e.value.array(), e.dtype)
@@ -880,7 +881,7 @@ def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Bloc
         return reduce_blocks(Workspace(p, flats), chunk, rblocks)
 
 
-def _split(items: Sequence[object], n: int) -> list[Sequence[object]]:
+def _split(items: Sequence[T], n: int) -> list[Sequence[T]]:
     """``items`` in ``n`` contiguous, nearly equal ranges (none empty)."""
     n = min(n, len(items))
     bounds = [len(items) * i // n for i in range(n + 1)]
@@ -919,7 +920,7 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
     elif threads > 1 and p.factors is None and kernel.reduce is not None and kernel.reduce.size and len(rblocks) > 1:
         (chunk,) = chunks
         with ThreadPoolExecutor(threads) as pool:
-            parts = [f.result() for f in [pool.submit(_reduce_part, p, chunk, part, flats)  # type: ignore[arg-type]
+            parts = [f.result() for f in [pool.submit(_reduce_part, p, chunk, part, flats)
                                           for part in _split(rblocks, threads)]]
         total = parts[0]
         for part in parts[1:]:
