@@ -4,7 +4,30 @@ Every large sample graph (default: all) is compiled for ``NumpyDevice`` and
 ``LibraryDevice`` with ``Options(tune=False)``, verified once against the
 reference interpreter, then its plan is executed ``N`` times; the figure is the
 best total of its kernel launches (allocation and compile excluded).  Numpy
-eager is the reference interpreter (one numpy call per primitive op), best of N.
+eager is the reference interpreter (one numpy call per primitive op), best of N,
+its runs interleaved with the plan's so that load from other processes hits both.
+
+Measured 2026-12-03 on the 2-core Xeon (float32, ``--repeats 7``, ms), before
+(commit 169d86c: 4M-element chunks, one temporary per op, one thread, a gather
+for every non-affine load) and after (L2-sized chunks with ``out=`` buffers,
+2 threads, split variables, padded views, matmul contractions).  The machine
+was shared (load average 3-4): BLAS-bound rows vary by +-30% from run to run.
+
+| sample | eager | before | after | after / eager | tinygrad best (issue 9) |
+|---|---|---|---|---|---|
+| attention | 614 | 14458 | 562 | 1.09x | |
+| conv_relu | 117 | 4582 | 71 | 1.65x | |
+| elementwise (16M) | 231 | 256 | 61 | 3.82x | 23 (BEAM=2) |
+| gelu_ffn | 240 | 204 | 203 | 1.18x | |
+| layernorm (4096^2) | 184 | 309 | 149 | 1.24x | 33 (clang) |
+| matmul (1024^3) | 34 | 72 | 46 | 0.74x (0.9-1.35x in other runs) | 208 (BEAM=2) |
+| mlp | 124 | 304 | 167 | 0.74x (0.9x in other runs) | |
+| reductions | 195 | 204 | 183 | 1.06x | |
+| residual_mlp | 134 | 4549 | 146 | 0.92x | |
+| softmax (4096^2) | 160 | 289 | 118 | 1.35x | 133 (BEAM=2) |
+| sum (16M) | 10.3 | 12.9 | 10.5 | 0.98x | 14 (PoCL) |
+| swiglu_mlp | 248 | 9764 | 278 | 0.89x | |
+| transpose_fusion | 43 | 83 | 56 | 0.77x | |
 """
 
 from __future__ import annotations
