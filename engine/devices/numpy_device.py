@@ -18,7 +18,7 @@ import numpy as np
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
 from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, run
 from engine.kernel.cost import work
-from engine.kernel.ir import Buffer, Kernel, Load, Op
+from engine.kernel.ir import Buffer, Kernel, Load, Op, Where
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,8 @@ class NumpyDevice:
     def estimate(self, kernel: Kernel) -> float:
         """Roofline of the plan: streamed bytes vs element-ops over the threads, plus per-call overheads.
 
-        A contraction counts its flops at ``flops`` and its factors' nodes as element-ops.
+        A contraction counts its flops at ``flops`` and its factors' nodes as element-ops
+        (a ``Where``, two copies through a broadcast mask, as four).
         """
         p = self._plan(kernel)
         w = work(kernel)
@@ -97,7 +98,8 @@ class NumpyDevice:
         if p.factors is not None:
             assert kernel.reduce is not None
             sizes = [v.size for v in p.axes]
-            ops = sum(math.prod(sizes[a] for a in p.spans[e]) for e in p.body if not isinstance(e, Load))
+            ops = sum((4 if isinstance(e, Where) else 1) * math.prod(sizes[a] for a in p.spans[e])
+                      for e in p.body if not isinstance(e, Load))
             ops += 2 * kernel.numel * kernel.reduce.size * self.throughput / self.flops
         calls = p.chunk_count * (sum(1 for e in (*p.body, *p.outputs) if not isinstance(e, Load)) + 1)
         overhead = self.launch_overhead + self.op_overhead * calls / parallel
