@@ -21,15 +21,27 @@ from engine.kernel.kernelize import Kernelization
 from zyx_explorer.model import seconds_text, shape_text
 
 
-def form_cost(eg: EGraph, n: NodeId, extraction: Extraction | None, times: Mapping[KernelNode, float]) -> float | None:
-    """Tree cost of kernel node ``n``: its time plus its inputs' chosen costs (None when an input was not extracted)."""
+def kernel_pools(eg: EGraph, extraction: Extraction | None) -> dict[KernelNode, str]:
+    """The pool each extracted kernel node writes."""
+    out: dict[KernelNode, str] = {}
+    for (_, pool), choice in (extraction.choices.items() if extraction else ()):
+        param = eg.node(choice.node).param
+        if isinstance(param, KernelNode):
+            out.setdefault(param, pool)
+    return out
+
+
+def form_cost(eg: EGraph, n: NodeId, extraction: Extraction | None, times: Mapping[KernelNode, float],
+              pools: Mapping[KernelNode, str]) -> float | None:
+    """Tree cost of kernel node ``n``: its time plus its inputs' chosen costs (None when an input was not extracted);
+    ``pools``: ``kernel_pools(eg, extraction)``."""
     op, param, children = eg.node(n)
     if op != "kernel" or param not in times:
         return None
     own = times[param]  # type: ignore[index]
     if extraction is None:
         return own
-    pool = next((v[1] for v in extraction.choices if eg.node(extraction.choices[v].node).param == param), None)
+    pool = pools.get(param)  # type: ignore[call-overload]
     inputs = []
     for ch in children:
         choice = next((extraction.choices[(ch, p)] for p in ([pool] if pool else []) + ["host"]
@@ -62,6 +74,7 @@ class ClassDetail(Vertical):
         self.marked: NodeId | None = None
         self.chosen: set[NodeId] = set()
         self.explanation = ""
+        self._pools: tuple[Extraction | None, EGraph | None, dict[KernelNode, str]] = (None, None, {})
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-head")
@@ -100,7 +113,9 @@ class ClassDetail(Vertical):
         if kz is not None:
             for cand_id in kz.by_class.get(cid, []):
                 roots.setdefault(kz.candidates[cand_id].root, []).append(kz.candidates[cand_id].kernel.name)
-        costs = {n: form_cost(eg, n, extraction, times) for n in cls.nodes}
+        if self._pools[0] is not extraction or self._pools[1] is not eg:
+            self._pools = (extraction, eg, kernel_pools(eg, extraction))
+        costs = {n: form_cost(eg, n, extraction, times, self._pools[2]) for n in cls.nodes}
         head = Text()
         head.append(f"c{cid}", "bold")
         head.append(f" {shape_text(cls.shape)} {cls.dtype}, {len(cls.nodes)} forms")

@@ -10,7 +10,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -91,6 +91,11 @@ class LineTable(ScrollView, can_focus=True):
         self.query_text = ""
         self.sort_column: int | None = None
         self._styles: dict[str, Style] = {}
+        self._lines: dict[int, str] = {}
+        """Formatted text of the shown rows, by index (cleared when rows, filter, sort or columns change)."""
+        self._base = self._header = self._cursor = Style()
+        self._drawn = 0
+        """The cursor row last drawn (only it and the new one are redrawn when the view does not scroll)."""
 
     # -- data ------------------------------------------------------------------------------
 
@@ -115,6 +120,7 @@ class LineTable(ScrollView, can_focus=True):
             i = self.sort_column
             rows = sorted(rows, key=lambda r: r.sort[i] if r.sort else r.cells[i])
         self.shown = list(rows)
+        self._lines.clear()
         self.virtual_size = Size(self._line_width, len(self.shown) + 1)
         index = next((i for i, r in enumerate(self.shown) if r.key == keep), 0) if keep is not None else 0
         self.cursor = index
@@ -152,7 +158,12 @@ class LineTable(ScrollView, can_focus=True):
             self.scroll_to(y=value, animate=False, immediate=True)
         elif value >= top + body:
             self.scroll_to(y=value - body + 1, animate=False, immediate=True)
-        self.refresh()
+        if round(self.scroll_y) == top:
+            for index in {self._drawn, value}:
+                self.refresh(Region(0, index - top + 1, self.size.width, 1))
+        else:
+            self.refresh()
+        self._drawn = value
         if self.shown:
             self.post_message(self.Highlighted(self, self.shown[value].key))
 
@@ -186,6 +197,13 @@ class LineTable(ScrollView, can_focus=True):
             style = self._styles[spec] = Style.parse(spec) if spec else Style()
         return style
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """Resolve the styles once per render pass (``rich_style`` is costly), then draw the lines."""
+        self._base = self.rich_style
+        self._header = self._base + self.get_component_rich_style("line-table--header")
+        self._cursor = self.get_component_rich_style("line-table--cursor")
+        return super().render_lines(crop)
+
     def _format(self, cells: Sequence[str]) -> str:
         parts = []
         for column, cell in zip(self.columns, cells):
@@ -196,17 +214,20 @@ class LineTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         scroll_x = round(self.scroll_x)
-        base = self.rich_style
+        base = self._base
         if y == 0:
             header = self._format([c.label for c in self.columns])
-            style = base + self.get_component_rich_style("line-table--header")
-            return Strip([Segment(header, style)]).crop(scroll_x, scroll_x + width).extend_cell_length(width, style)
+            return Strip([Segment(header, self._header)]).crop(scroll_x, scroll_x + width).extend_cell_length(
+                width, self._header)
         index = round(self.scroll_y) + y - 1
         if index >= len(self.shown):
             return Strip.blank(width, base)
         row = self.shown[index]
         style = base + self._style(row.style)
         if index == self.cursor:
-            style += self.get_component_rich_style("line-table--cursor")
-        strip = Strip([Segment(self._format(row.cells), style)])
+            style += self._cursor
+        line = self._lines.get(index)
+        if line is None:
+            line = self._lines[index] = self._format(row.cells)
+        strip = Strip([Segment(line, style)])
         return strip.crop(scroll_x, scroll_x + width).extend_cell_length(width, style)
