@@ -1,8 +1,14 @@
-"""Regenerates the SVG screenshots of the explorer shown in the README: ``python screenshots/make.py``."""
+"""Regenerates the explorer's screenshots shown in the README, one SVG per pane: ``python screenshots/make.py``.
+
+The explorer runs headless on the small MLP over every device found (OpenCL too, when a runtime is installed),
+tuned, so the costs pane shows real variants; times differ from run to run.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import engine
@@ -11,18 +17,58 @@ from engine.fileio import write_atomic
 from zyx_explorer.app import ExplorerApp
 
 HERE = Path(__file__).parent
+SIZE = (130, 36)
 
 
-async def _shoot(sample: str, keys: list[str], target: Path) -> None:
+def _output_class(app: ExplorerApp) -> None:
+    app.select_class(next(iter(app.session.compilation.egraph.output_classes().values())), tab=True)
+
+
+def _launched_kernel(app: ExplorerApp) -> None:
+    app.action_tab("costs")
+    c = app.session.compilation
+    app.query_one("#costs").move_to(c.plan_kernels()[-1].candidate)
+
+
+PANES: dict[str, tuple[list[str], Callable[[ExplorerApp], None] | None]] = {
+    "program": (["down"] * 6, None),
+    "classes": (["2"], _output_class),
+    "costs": ([], _launched_kernel),
+    "plan": (["4", "down", "down", "down", "down"], None),
+    "source": (["enter"], _launched_kernel),
+    "rewrites": (["6", "down", "down"], None),
+    "results": (["7"], None),
+    "help": (["question_mark"], None),
+}
+
+
+async def _shoot(sample: str, pane: str, target: Path) -> None:
+    keys, before = PANES[pane]
     app = ExplorerApp(engine.load(sample_graphs.path(sample)), sample_graphs.path(sample))
-    async with app.run_test(size=(120, 32)) as pilot:
-        await pilot.press(*keys)
+    async with app.run_test(size=SIZE) as pilot:
+        while not app.compiled:
+            await pilot.pause(0.1)
         await pilot.pause()
-        write_atomic(target, app.export_screenshot(title=f"zyx-explore {sample}"))
+        if before is not None:
+            before(app)
+            await pilot.pause()
+        await pilot.press(*keys)
+        await pilot.pause(0.3)
+        write_atomic(target, app.export_screenshot(title=f"zyx-explore {sample}: {pane}"))
 
 
 def main() -> None:
-    asyncio.run(_shoot("attention.small", ["down"] * 15, HERE / "program.svg"))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("panes", nargs="*", metavar="PANE", help=f"panes to shoot (default: all of {', '.join(PANES)})")
+    parser.add_argument("--sample", default="mlp.small")
+    args = parser.parse_args()
+    unknown = set(args.panes) - set(PANES)
+    if unknown:
+        parser.error(f"unknown panes: {', '.join(sorted(unknown))}")
+    for pane in args.panes or PANES:
+        target = HERE / f"tui_{pane}.svg"
+        asyncio.run(_shoot(args.sample, pane, target))
+        print(f"wrote {target}")
 
 
 if __name__ == "__main__":

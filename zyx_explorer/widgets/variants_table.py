@@ -5,7 +5,7 @@ from __future__ import annotations
 from zyx_explorer.widgets.line_table import Column, LineTable
 
 COLUMNS = (
-    Column("", 1), Column("device", 14), Column("variant", 34), Column("status", 9), Column("median", 9, right=True),
+    Column("", 1), Column("device", 22), Column("variant", 38), Column("status", 9), Column("median", 9, right=True),
     Column("predicted", 9, right=True), Column("cache", 5), Column("reason", 60),
 )
 
