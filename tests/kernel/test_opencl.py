@@ -581,6 +581,18 @@ def test_variant_source_shapes():
     assert "get_group_id(0)" in src and "lid / 4" in src and "if (g0 >= 7 || g1 >= 3) return;" in src
 
 
+def test_blocked_work_groups():
+    """A register tile with a power-of-two local size lays the group out as a 2-D block covering every point."""
+    from engine.kernel.opencl import block, launch_size
+
+    assert block(Variant(local_size=256, upcast=4, tile=4)) == (16, 16)
+    assert block(Variant(local_size=128, tile=2)) == (8, 16) and block(Variant(local_size=64, tile=8)) == (8, 8)
+    assert block(Variant(local_size=256, upcast=4)) is None and block(Variant(tile=4)) is None
+    assert block(Variant(local_size=48, tile=2)) is None
+    k = variant_kernels()["matmul_odd"]  # 13 x 10 outputs; tile 2 x upcast 4 -> 7 x 3 work items
+    assert launch_size(k, Variant(local_size=16, upcast=4, tile=2)) == (2 * 16, 16)  # 2 blocks of 4 x 4
+
+
 def test_invalid_variants(device):
     from engine.kernel.opencl import InvalidVariantError, variant_error
 
