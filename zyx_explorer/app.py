@@ -124,7 +124,8 @@ class ExplorerApp(App):
         """What the tuner is at (shown in the stage bar while tuning)."""
         self.tuning_cancelled = False
         self.running = True
-        self._rows_key: tuple = ()
+        self._keys: dict[str, tuple] = {}
+        """What each pane was last filled from (see ``_changed``)."""
         self.clock = time.perf_counter
         """Times the stages; snapshot tests freeze it."""
 
@@ -254,9 +255,7 @@ class ExplorerApp(App):
         eg = self.shown_egraph()
         extraction = s.extraction(stage)
         table = self.query_one(ClassesTable)
-        key = (id(eg), id(extraction), tuple(s.pins.items()))
-        if key != self._rows_key:
-            self._rows_key = key
+        if self._changed("classes", eg, extraction, tuple(s.pins.items())):
             if eg is None:
                 table.set_rows([])
             else:
@@ -270,6 +269,17 @@ class ExplorerApp(App):
         self._show_rewrites()
         self._show_source()
         self.query_one(ResultsView).show(s.current() if s.compilation else None)
+
+    def _changed(self, pane: str, *sources: object) -> bool:
+        """Whether ``pane`` is to be refilled: its sources differ from last time (objects by identity, plain
+        values by equality); a big e-graph's rows take a while to rebuild."""
+        old = self._keys.get(pane)
+        plain = (int, float, str, tuple, type(None))
+        if old is not None and len(old) == len(sources) and all(
+                a == b if isinstance(a, plain) else a is b for a, b in zip(old, sources)):
+            return False
+        self._keys[pane] = sources
+        return True
 
     def _show_stage_bar(self) -> None:
         s = self.session
@@ -291,12 +301,15 @@ class ExplorerApp(App):
     def _show_costs(self) -> None:
         table, c = self.query_one(CostsTable), self.session.current()
         times = self.session.kernel_times(self.viewed)
+        extraction, tuning = self.session.extraction(self.viewed), self.session.tuning(self.viewed)
+        estimated = not model.reached(self.viewed, model.TUNED)
+        if not self._changed("costs", c, times, extraction, len(tuning), estimated):
+            return
         if c is None or not times:
             table.set_rows([])
         else:
             table.for_devices([d.name for d in c.devices])
-            table.set_rows(model.cost_rows(c, times, self.session.extraction(self.viewed),
-                                           self.session.tuning(self.viewed), not model.reached(self.viewed, model.TUNED)))
+            table.set_rows(model.cost_rows(c, times, extraction, tuning, estimated))
         self._show_variants()
 
     def _launched(self, cand_id: str) -> tuple[str, Variant] | None:
@@ -341,7 +354,8 @@ class ExplorerApp(App):
             summary.update("no plan at this stage")
             return
         measured = c.execution.step_times if c.execution is not None and model.reached(self.viewed, "executed") else None
-        self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured))
+        if self._changed("plan", plan, measured):
+            self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured))
         text = (f"{len(plan.steps)} steps, {len(plan.launches())} launches; predicted {model.seconds_text(plan.predicted)}"
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")
@@ -352,7 +366,8 @@ class ExplorerApp(App):
     def _show_rewrites(self) -> None:
         c, eg = self.session.compilation, self.session.egraph("saturated")
         upto = self.iteration if self.viewed == "saturated" else None
-        self.query_one(RewritesTable).set_rows(model.rewrite_rows(eg, c, upto) if c is not None and eg else [])
+        if self._changed("rewrites", c, eg, upto):
+            self.query_one(RewritesTable).set_rows(model.rewrite_rows(eg, c, upto) if c is not None and eg else [])
 
     def _show_source(self) -> None:
         cand = self.session.candidate(self.kernel) if self.kernel else None
@@ -611,7 +626,7 @@ class ExplorerApp(App):
                     f"({sign}{model.seconds_text(abs(delta)) if not math.isnan(delta) else '?'})", title="What-if")
         if self.follow or not model.reached(self.viewed, model.PLAN):
             self.viewed = self.session.done[-1]
-        self._rows_key = ()
+        self._keys.clear()
         self._refresh()
 
     def action_export(self) -> None:

@@ -290,6 +290,7 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
     for k, s in times.items():
         by_cand.setdefault(k.candidate, {})[k.device] = (k, s)
     chosen = chosen_kernels(eg, extraction)
+    chosen_cands = {k.candidate for k in chosen}
     rows = []
     for cid, cand in kz.candidates.items():
         row_times = by_cand.get(cid, {})
@@ -303,7 +304,7 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
             kind = "e" if estimated else ("m" if kn in tuning and tuning[kn].ok else "p")
             mark = "*" if kn in chosen else ("<" if s == best else " ")
             cells.append(f"{seconds_text(s)} {kind}{mark}")
-        style = "bold" if any(k.candidate == cid for k in chosen) else ""
+        style = "bold" if cid in chosen_cands else ""
         rows.append(Row(cid, tuple(cells), style, (cand.kernel.name, cand.output, cells[2],
                                                    *(row_times.get(d.name, (None, math.inf))[1] for d in c.devices))))
     return rows

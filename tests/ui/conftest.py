@@ -60,5 +60,5 @@ def freeze_measurements(app: ExplorerApp) -> None:
         c.saturation.seconds = 0.0
     if c.execution is not None:
         c.execution = dataclasses.replace(c.execution, step_times=tuple(0.0 for _ in c.execution.step_times))
-    app._rows_key = ()
+    app._keys.clear()
     app._refresh()
