@@ -9,34 +9,5 @@
 
 from __future__ import annotations
 
-from engine.tuning import (
-    FAILED,
-    OK,
-    WRONG,
-    Budget,
-    CacheWarning,
-    Progress,
-    Trial,
-    TuneCache,
-    Tuner,
-    TuneResult,
-    predict,
-    suggest,
-    tune,
-)
-
-__all__ = [
-    "FAILED",
-    "OK",
-    "WRONG",
-    "Budget",
-    "CacheWarning",
-    "Progress",
-    "Trial",
-    "TuneCache",
-    "TuneResult",
-    "Tuner",
-    "predict",
-    "suggest",
-    "tune",
-]
+from engine.tuning import *  # noqa: F403 (this module is the tuning package's public face)
+from engine.tuning import __all__  # noqa: F401

@@ -205,6 +205,18 @@ def _spans(kernel: Kernel, axes: dict[Var, int]) -> dict[Expr, tuple[int, ...]]:
     return out
 
 
+def product_factors(kernel: Kernel) -> tuple[Expr, Expr] | None:
+    """``(a, b)`` when the kernel's reduce is a float ``sum(a * b)`` with both factors of its dtype, else None."""
+    red = kernel.reduce
+    if red is None or red.op != "sum" or not red.dtype.is_float:
+        return None
+    body = red.body
+    if not (isinstance(body, Op) and body.op == "mul" and len(body.args) == 2):
+        return None
+    a, b = body.args
+    return (a, b) if a.dtype == b.dtype == body.dtype else None
+
+
 def _factors(kernel: Kernel, spans: dict[Expr, tuple[int, ...]], axes: dict[Var, int],
              outer: bool) -> tuple[Expr, Expr] | None:
     """The factors of a float ``sum(a * b)`` that ``np.matmul`` can reduce without forming the product.
@@ -214,15 +226,11 @@ def _factors(kernel: Kernel, spans: dict[Expr, tuple[int, ...]], axes: dict[Var,
     be materialised (not a strided view) spans less than the product does (axes
     of size 1 aside).
     """
-    red = kernel.reduce
-    if red is None or red.op != "sum" or not red.dtype.is_float:
+    factors = product_factors(kernel)
+    if factors is None:
         return None
-    body = red.body
-    if not (isinstance(body, Op) and body.op == "mul" and len(body.args) == 2):
-        return None
-    a, b = body.args
-    if not a.dtype == b.dtype == body.dtype:
-        return None
+    red, (a, b) = kernel.reduce, factors
+    assert red is not None
     sizes = {i: v.size for v, i in axes.items()}
     sa, sb = ({i for i in spans[x] if sizes[i] > 1} for x in (a, b))
     rs = {axes[v] for v in red.vars if v.size > 1}

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
-from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, run
+from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, product_factors, run
 from engine.kernel.cost import work
-from engine.kernel.ir import Buffer, Kernel, Load, Op, Where
+from engine.kernel.ir import Buffer, Kernel, Load, Where
 
 
 @dataclass(frozen=True)
@@ -115,16 +115,10 @@ def _is_contraction_load(e: object) -> bool:
 
 def contraction(kernel: Kernel) -> tuple[Load, Load] | None:
     """The two loads of a kernel whose reduce is ``sum(a * b)`` of affine unclamped float loads (a matmul)."""
-    red = kernel.reduce
-    if red is None or red.op != "sum" or not red.dtype.is_float:
+    factors = product_factors(kernel)
+    if factors is None or not all(map(_is_contraction_load, factors)):
         return None
-    body = red.body
-    if not (isinstance(body, Op) and body.op == "mul" and len(body.args) == 2):
-        return None
-    a, b = body.args
-    if not (_is_contraction_load(a) and _is_contraction_load(b) and a.dtype == b.dtype == body.dtype):
-        return None
-    return a, b  # type: ignore[return-value]
+    return factors  # type: ignore[return-value]
 
 
 class LibraryDevice(NumpyDevice):
