@@ -17,7 +17,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Input, Static, TabbedContent, TabPane
+from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
 from engine import Program
@@ -46,8 +46,8 @@ from zyx_explorer.widgets.tensor_detail import TensorDetail
 from zyx_explorer.widgets.variants_table import VariantsTable
 
 TABS = ("program", "classes", "costs", "plan", "source", "rewrites", "results")
-TABLES = {"classes": "#classes", "costs": "#costs", "plan": "#plan", "rewrites": "#rewrites"}
-FOCUS = {"program": "#program-table", **TABLES, "source": "#source-scroll", "results": "#results-scroll"}
+TABLES = {"program": "#program-table", "classes": "#classes", "costs": "#costs", "plan": "#plan", "rewrites": "#rewrites"}
+FOCUS = {**TABLES, "source": "#source-scroll", "results": "#results-scroll"}
 """What each tab focuses when shown (a widget outside it must not keep the focus: the tab would switch back)."""
 
 
@@ -383,9 +383,9 @@ class ExplorerApp(App):
 
     # -- events ----------------------------------------------------------------------------
 
-    @on(DataTable.RowHighlighted, "#program-table")
-    def _show_row(self, event: DataTable.RowHighlighted) -> None:
-        self.query_one(TensorDetail).show(event.row_key.value)
+    @on(LineTable.Highlighted, "#program-table")
+    def _show_row(self, event: LineTable.Highlighted) -> None:
+        self.query_one(TensorDetail).show(event.key)  # type: ignore[arg-type]
 
     @on(LineTable.Highlighted, "#classes")
     def _class_highlighted(self, event: LineTable.Highlighted) -> None:

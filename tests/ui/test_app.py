@@ -53,6 +53,9 @@ class TestProgramPane:
             await pilot.press(*["down"] * 6)  # x w1 b1 w2 b2 t0 -> t1
             assert detail.summary.plain.startswith("t1 = add(t0, b1): [8, 32] f32")
             assert list(detail.lowering.columns[1].cells) == ["reshape", "expand", "add"]
+            await pilot.press("slash", *"matmul", "enter")  # the program table filters too
+            assert [row.key for row in table.shown] == ["t0", "t2"]
+            assert detail.summary.plain.startswith("t0 = matmul(x, w1)")
             await compiled(pilot)
 
 

@@ -22,7 +22,7 @@ def _snap(snap_compare, *keys: str, then=None) -> bool:
         await pilot.press(*keys)
         if then is not None:
             then(app)
-        await pilot.pause()
+        await pilot.pause(0.3)  # lets the footer recompose after a screen change (its divider came and went)
 
     return snap_compare(app, terminal_size=SIZE, run_before=run_before)
 

@@ -14,6 +14,7 @@ from textual.widgets import Static
 PANES = (
     ("Stage bar", "every stage of the compilation; [ ] switch stage, , . scrub the saturation iterations; "
                   "while tuning, the kernel and device being timed (c stops tuning)"),
+    ("Program", "every tensor of the file; beside it what the highlighted one reads, feeds and lowers to"),
     ("Classes", "every e-class of the stage; / filters (c12, add, [8, 32], blas, ~fuzzy), s sorts"),
     ("Class detail", "the forms of the class (★ chosen, 📌 pinned); enter on → follows a child, backspace goes "
                      "back; enter on a form explains it against the chosen (or marked, m) form"),

@@ -1,29 +1,25 @@
-"""The program pane: every input and node of the program as a table row."""
+"""The program pane: every input and node of the program as a row (virtualised, like every table here)."""
 
 from __future__ import annotations
 
-from textual.widgets import DataTable
-
 from engine import Program
+from zyx_explorer.model import shape_text
+from zyx_explorer.widgets.line_table import Column, LineTable, Row
+
+COLUMNS = (Column("name", 12), Column("op", 10), Column("args", 22), Column("shape", 14), Column("dtype", 5))
 
 
-class ProgramTable(DataTable):
-    """Inputs first, then nodes in dependency order; the row key is the tensor name."""
+class ProgramTable(LineTable):
+    """Inputs first, then nodes in dependency order; the row key is the tensor name (outputs marked ``->``)."""
 
     def __init__(self, program: Program, **kwargs) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        super().__init__(COLUMNS, **kwargs)
         self.program = program
 
     def on_mount(self) -> None:
-        for key in ("name", "op", "args", "shape", "dtype"):
-            self.add_column(key, key=key)
         outputs = set(self.program.outputs)
-        for i in self.program.inputs:
-            self.add_row(i.name, "input", "", _shape(i.shape), str(i.dtype), key=i.name)
-        for n in self.program.nodes:
-            name = f"{n.id} ->" if n.id in outputs else n.id
-            self.add_row(name, n.op, ", ".join(n.args), _shape(n.shape), str(n.dtype), key=n.id)
-
-
-def _shape(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
+        rows = [Row(i.name, (i.name, "input", "", shape_text(i.shape), str(i.dtype)), "dim")
+                for i in self.program.inputs]
+        rows += [Row(n.id, (f"{n.id} ->" if n.id in outputs else n.id, n.op, ", ".join(n.args), shape_text(n.shape),
+                            str(n.dtype)), "bold" if n.id in outputs else "") for n in self.program.nodes]
+        self.set_rows(rows)
