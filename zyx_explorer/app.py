@@ -370,6 +370,9 @@ class ExplorerApp(App):
             self.query_one(RewritesTable).set_rows(model.rewrite_rows(eg, c, upto) if c is not None and eg else [])
 
     def _show_source(self) -> None:
+        """Fill the source pane, only while it is shown (generating and highlighting C is not free)."""
+        if self._active_tab() != "source":
+            return
         cand = self.session.candidate(self.kernel) if self.kernel else None
         times = {k.device: t for k, t in self.session.kernel_times(self.viewed).items() if k.candidate == self.kernel}
         theme = "monokai" if self.current_theme.dark else "default"
@@ -382,6 +385,10 @@ class ExplorerApp(App):
         self._show_source()
 
     # -- events ----------------------------------------------------------------------------
+
+    @on(TabbedContent.TabActivated)
+    def _tab_shown(self, event: TabbedContent.TabActivated) -> None:
+        self._show_source()
 
     @on(LineTable.Highlighted, "#program-table")
     def _show_row(self, event: LineTable.Highlighted) -> None:
