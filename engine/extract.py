@@ -24,6 +24,7 @@ kernels, or a device); ``compare`` reports what a re-extraction changed and cost
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -354,20 +355,26 @@ def dag(
     *,
     pins: Mapping[ClassId, Pin] | None = None,
     max_rounds: int = 50,
+    seconds: float = 2.0,
 ) -> Extraction:
     """Greedy, then local search on the DAG cost: single producer swaps, and swaps followed by a descent.
 
     A swap that alone costs more (say, computing a shared value) is kept when the descent it
-    enables (other users switching to that value) ends cheaper overall.
+    enables (other users switching to that value) ends cheaper overall.  The search stops after
+    ``seconds`` with the best selection found (never worse than greedy's); ``note`` says so.
     """
-    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), max_rounds)
+    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), max_rounds, seconds)
 
 
-def _dag(problem: Problem, selection: dict[Value, Producer], max_rounds: int = 50) -> Extraction:
-    return _extraction(problem, _dag_search(problem, selection, max_rounds), "dag")
+def _dag(problem: Problem, selection: dict[Value, Producer], max_rounds: int = 50, seconds: float = 2.0) -> Extraction:
+    deadline = time.perf_counter() + seconds
+    chosen = _dag_search(problem, selection, max_rounds, deadline)
+    note = f"local search stopped at its {seconds:g} s limit" if time.perf_counter() > deadline else ""
+    return _extraction(problem, chosen, "dag", note=note)
 
 
-def _dag_search(problem: Problem, start: dict[Value, Producer], max_rounds: int) -> dict[Value, Producer]:
+def _dag_search(problem: Problem, start: dict[Value, Producer], max_rounds: int,
+                deadline: float) -> dict[Value, Producer]:
     roots = sorted(set(problem.outputs.values()))
     producers = problem.producers
 
@@ -379,9 +386,11 @@ def _dag_search(problem: Problem, start: dict[Value, Producer], max_rounds: int)
 
     def descend(sel: dict[Value, Producer], cost: float) -> float:
         improved = True
-        while improved:
+        while improved and time.perf_counter() < deadline:
             improved = False
             for v, p in moves(sel):
+                if time.perf_counter() > deadline:
+                    break
                 old, sel[v] = sel[v], p
                 new = _dag_cost(sel, roots)
                 if new is not None and new < cost * (1 - 1e-12):
@@ -394,6 +403,8 @@ def _dag_search(problem: Problem, start: dict[Value, Producer], max_rounds: int)
     cost = descend(sel, _dag_cost(sel, roots) or 0.0)
     for _ in range(max_rounds):
         for v, p in list(moves(sel)):
+            if time.perf_counter() > deadline:
+                return sel
             trial = dict(sel)
             trial[v] = p
             kicked = _dag_cost(trial, roots)
@@ -432,7 +443,7 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], time_limit: float 
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
 
-    heuristic = _dag_search(problem, greedy_sel, 50)
+    heuristic = _dag_search(problem, greedy_sel, 50, time.perf_counter() + time_limit / 2)
     roots = sorted(set(problem.outputs.values()))
     # the values the outputs may need, and their producers (inputs computable, not reading themselves)
     values: dict[Value, int] = {}

@@ -123,6 +123,9 @@ def test_sharing_a_kernel_beats_greedy_tree_choice():
     delta = compare(g, d)
     assert delta.dag == pytest.approx(-0.6) and delta.tree == pytest.approx(0.4)
     assert set(delta.changed) == {(c["a"], HOST), (c["b"], HOST), (c["c"], HOST)}
+    assert d.note == ""
+    out_of_time = dag(*a, seconds=0.0)  # no time to search: greedy's selection, and a note saying why
+    assert out_of_time.choices == g.choices and "limit" in out_of_time.note
 
 
 def two_pools() -> tuple[EGraph, dict[str, int], dict[KernelNode, float]]:
