@@ -148,7 +148,8 @@ class _Search:
                 return
             self.trials[v] = trial = self.measure(bench, v)
             if self.progress is not None:
-                self.progress(Progress(self.kernel.key, self.device.name, len(self.trials), self.budget.variants, trial))
+                total = self.budget.variants if tunable(self.device) else 1  # numpy and BLAS time one variant
+                self.progress(Progress(self.kernel.key, self.device.name, len(self.trials), total, trial))
 
     def measure(self, bench: Bench, v: Variant) -> Trial:
         predicted = predict(self.kernel, self.device, v)
