@@ -78,6 +78,11 @@ class Extraction:
         """The tree cost (kept for callers of the first greedy); prefer ``tree_cost`` / ``dag_cost``."""
         return self.tree_cost
 
+    def kernels(self, egraph: EGraph) -> list[KernelNode]:
+        """The kernel nodes chosen (each once), inputs before their users."""
+        params = (egraph.node(choice.node).param for choice in self.choices.values())
+        return list(dict.fromkeys(p for p in params if isinstance(p, KernelNode)))
+
 
 class ExtractionError(RuntimeError):
     """No combination of kernels and transfers computes every output (no device supports a kernel, or pins)."""

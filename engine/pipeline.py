@@ -115,9 +115,7 @@ class Compilation:
     def plan_kernels(self) -> list[KernelNode]:
         """The kernel nodes the extraction chose, inputs before their users."""
         assert self.egraph is not None and self.extraction is not None
-        nodes = (self.extraction.choices[v].node for v in self.extraction.choices)
-        params = (self.egraph.node(n).param for n in nodes)
-        return list(dict.fromkeys(p for p in params if isinstance(p, KernelNode)))
+        return self.extraction.kernels(self.egraph)
 
     @property
     def device_pools(self) -> dict[str, str]:
@@ -166,14 +164,18 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
     c.stage = "kernelized"
     yield c
     c.extractor = options.extractor
+    settled = None
     if options.tune:
         tuner = Tuner(budget=options.tune_budget, use_cache=options.tune_cache, progress=progress, cancel=cancel)
-        tune_plan(c, tuner, options.tune_rounds)
+        settled = tune_plan(c, tuner, options.tune_rounds)
     else:
         predict_all(c)
     c.stage = "tuned"
     yield c
-    extract(c)
+    if settled is None:
+        extract(c)
+    else:
+        c.extraction, c.plan = settled
     c.stage = "plan"
     yield c
     if options.execute:
@@ -182,7 +184,7 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         yield c
 
 
-def _kernel(c: Compilation, kn: KernelNode):
+def _kernel(c: Compilation, kn: KernelNode) -> Kernel:
     assert c.kernelization is not None
     return c.kernelization.candidates[kn.candidate].kernel
 
@@ -196,21 +198,28 @@ def predict_all(c: Compilation) -> None:
         c.kernel_times[kn] = predict(kernel, device, c.variants[kn])  # type: ignore[index]
 
 
-def tune_plan(c: Compilation, tuner: Tuner, rounds: int) -> None:
-    """Predict every kernel, then tune the kernels the extracted plan uses until it uses only tuned ones."""
+def tune_plan(c: Compilation, tuner: Tuner, rounds: int) -> tuple[Extraction, ExecPlan] | None:
+    """Predict every kernel, then tune the kernels the extracted plan uses until it uses only tuned ones.
+
+    Returns that last extraction and plan when they still hold for the final times (None when the rounds ran
+    out or tuning was cancelled); ``c`` itself is left without either, as the ``tuned`` stage has none.
+    """
     predict_all(c)
     by_name = {d.name: d for d in c.devices}
+    settled = None
     for _ in range(rounds):
         extract(c)
-        assert c.plan is not None
+        assert c.extraction is not None and c.plan is not None
         used = [kn for kn in c.plan_kernels() if kn not in c.tuning]
         if not used:
+            settled = c.extraction, c.plan
             break
         for kn in used:
             device = by_name[kn.device]
             result = tuner.tune(_kernel(c, kn), device)
             if result.cancelled:
-                return
+                c.extraction = c.plan = None
+                return None
             c.tuning[kn] = result
             c.variants[kn] = result.best
             c.kernel_times[kn] = result.seconds  # type: ignore[index]  # inf when no variant ran
@@ -219,6 +228,7 @@ def tune_plan(c: Compilation, tuner: Tuner, rounds: int) -> None:
             elif not result.ok:
                 c.problems.append(f"{kn}: no variant ran ({result.failure.splitlines()[0]}); extraction avoids it")
     c.extraction = c.plan = None
+    return settled
 
 
 def _avoid(c: Compilation, device: str, why: str, kernel: Kernel | None = None) -> bool:

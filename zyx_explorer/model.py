@@ -274,9 +274,8 @@ def rewrite_rows(eg: EGraph, c: Compilation, upto: int | None = None) -> list[Ro
 
 
 def chosen_kernels(eg: EGraph, extraction: Extraction | None) -> set[KernelNode]:
-    """The kernel nodes the extraction chose."""
-    params = (eg.node(ch.node).param for ch in (extraction.choices.values() if extraction else ()))
-    return {p for p in params if isinstance(p, KernelNode)}
+    """The kernel nodes the extraction chose (none without an extraction)."""
+    return set(extraction.kernels(eg)) if extraction is not None else set()
 
 
 def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Extraction | None,

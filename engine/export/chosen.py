@@ -7,7 +7,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from engine.egraph.egraph import ATTACHED_OPS, ClassId, EGraph, NodeId
-from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Candidate, Kernelization, default_forms
 from engine.pipeline import Compilation
 
@@ -25,14 +24,9 @@ class Region:
 
 def planned_kernels(c: Compilation) -> dict[str, str]:
     """Candidate id -> device of every kernel the chosen plan launches (empty before extraction)."""
-    out: dict[str, str] = {}
     if c.extraction is None or c.egraph is None:
-        return out
-    for choice in c.extraction.choices.values():
-        op, param, _ = c.egraph.node(choice.node)
-        if op == "kernel" and isinstance(param, KernelNode):
-            out[param.candidate] = param.device
-    return out
+        return {}
+    return {kn.candidate: kn.device for kn in c.extraction.kernels(c.egraph)}
 
 
 def region(kz: Kernelization, cand: Candidate) -> Region:
