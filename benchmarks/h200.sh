@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Runs benchmarks/compare.py --gpu on the H200 device machine: bash benchmarks/h200.sh [compare.py args...]
+# (bash benchmarks/h200.sh --sweep [matmul_sweep.py args...] runs the matmul variant sweep instead)
 # Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24 (and tinygrad) in .wheels/ (carried).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wheels/*.whl || exit 1
@@ -10,4 +11,9 @@ nvrtc=$(python3 -c 'import nvidia.cuda_nvrtc, os; print(os.path.dirname(nvidia.c
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${nvrtc:+$nvrtc/lib:}${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
-python3 benchmarks/compare.py --gpu "$@"
+if [ "${1:-}" = "--sweep" ]; then
+  shift
+  python3 benchmarks/matmul_sweep.py "$@"
+else
+  python3 benchmarks/compare.py --gpu "$@"
+fi

@@ -36,6 +36,9 @@ class Variant:
     group: int = 0
     """When > 1: one work-group of this many work items (a power of two) per output, the reduce split across it
     and combined by a tree reduction in local memory."""
+    smem: int = 0
+    """When > 0 (with a 2-D blocked work-group): the reduce runs in tiles of this many steps, each work-group
+    first staging the tiles of the operands that follow one tiled axis into local memory."""
 
     def __str__(self) -> str:
         parts = [f"local={self.local_size or 'auto'}"]
@@ -44,20 +47,24 @@ class Variant:
                 parts.append(f"{name}={getattr(self, name)}")
         if self.group > 1:
             parts.append(f"group={self.group}")
+        if self.smem:
+            parts.append(f"smem={self.smem}")
         return " ".join(parts)
 
     @property
     def tag(self) -> str:
-        """A short C-identifier-safe name, e.g. ``l64u4t1r1g0`` (suffix of the variant's function name)."""
-        return f"l{self.local_size or 0}u{self.upcast}t{self.tile}r{self.unroll}g{self.group}"
+        """A short C-identifier-safe name, e.g. ``l64u4t1r1g0`` or ``l256u4t8r4g0s16`` (the function name's suffix)."""
+        smem = f"s{self.smem}" if self.smem else ""
+        return f"l{self.local_size or 0}u{self.upcast}t{self.tile}r{self.unroll}g{self.group}{smem}"
 
     def to_json(self) -> dict[str, int | None]:
         return {"local_size": self.local_size, "upcast": self.upcast, "tile": self.tile, "unroll": self.unroll,
-                "group": self.group}
+                "group": self.group, "smem": self.smem}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Variant:
-        fields = ("local_size", "upcast", "tile", "unroll", "group")
+        """The variant of ``to_json``'s dict; a field left out (an older cache entry) takes its default."""
+        fields = ("local_size", "upcast", "tile", "unroll", "group", "smem")
         unknown = set(data) - set(fields)
         if unknown:
             raise ValueError(f"unknown variant fields {sorted(unknown)}")

@@ -1,4 +1,4 @@
-"""Tunable transforms as variable substitutions: upcast, register tiles, unrolling, split reduces.
+"""Tunable transforms as variable substitutions: upcast, register tiles, unrolling, split reduces, staging.
 
 Every transform of a variant rewrites the kernel's loop variables, never its
 math.  Upcasting the last axis ``g`` (size ``S``) by ``U`` gives a work item an
@@ -34,6 +34,18 @@ class LaneAcc(Expr):
     __hash__ = Expr.__hash__
 
 
+@dataclass(frozen=True, eq=True)
+class Staged(Expr):
+    """Element ``index`` of local-memory tile ``buffer``, refilled each iteration of ``loop`` (a staged load)."""
+
+    buffer: int
+    index: Idx
+    loop: Var
+    dtype: object
+
+    __hash__ = Expr.__hash__
+
+
 def substitute(x: Idx, m: Subst) -> Idx:
     """``x`` with each variable of ``m`` replaced by its index (simplified as it rebuilds)."""
     if not any(v in m for v in x.variables()):
@@ -50,12 +62,18 @@ def substitute(x: Idx, m: Subst) -> Idx:
     return add(*parts)
 
 
-def rewrite(roots: Sequence[Expr], m: Subst, acc: Expr | None = None) -> list[Expr]:
-    """``roots`` with ``m`` substituted in every index (and ``Acc`` replaced by ``acc`` if given)."""
+def rewrite(roots: Sequence[Expr], m: Subst, acc: Expr | None = None,
+            replace: Mapping[Expr, Expr] | None = None) -> list[Expr]:
+    """``roots`` with ``m`` substituted in every index (``Acc`` replaced by ``acc``, nodes of ``replace`` by
+    their value, both if given)."""
     memo: dict[Expr, Expr] = {}
     for e in schedule(roots):
-        if isinstance(e, Load):
-            out: Expr = Load(e.input, substitute(e.index, m), e.size, e.dtype)
+        if replace is not None and e in replace:
+            out: Expr = replace[e]
+        elif isinstance(e, Load):
+            out = Load(e.input, substitute(e.index, m), e.size, e.dtype)
+        elif isinstance(e, Staged):
+            out = Staged(e.buffer, substitute(e.index, m), e.loop, e.dtype)
         elif isinstance(e, Where):
             bounds = tuple(Bound(substitute(b.index, m), b.lo, b.hi) for b in e.bounds)
             out = Where(bounds, memo[e.then], memo[e.otherwise], e.dtype)
@@ -73,6 +91,8 @@ def index_vars(e: Expr) -> set[Var]:
     """The variables the indices of this one node (not its children) read."""
     if isinstance(e, Load):
         return e.index.variables()
+    if isinstance(e, Staged):  # its tile changes with the loop that refills it
+        return e.index.variables() | {e.loop}
     if isinstance(e, Where):
         return set().union(*(b.index.variables() for b in e.bounds))
     return set()

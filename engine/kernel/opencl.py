@@ -35,6 +35,16 @@ Variants (``engine.devices.base.Variant``; transforms in ``engine.kernel.lanes``
   a remainder loop; accumulation order is unchanged;
 * ``group``: one work-group per output point; its work items stride over the
   flattened reduce and combine their partials by a tree in local memory;
+* ``smem`` (with a blocked work-group, see ``block``): the innermost reduce loop
+  runs in tiles of ``smem`` steps; per tile the group's items copy, cooperatively
+  and coalesced, every load that follows one tiled axis and the reduce (a
+  matmul's two operands, ``staged_loads``) into local memory, synchronise, and
+  compute their register tiles from it (aligned vector reads); steps past the
+  last whole tile read global memory;
+* float sums of more than ``SUM_BLOCK`` terms per loop accumulate each run of
+  ``SUM_BLOCK`` terms into fresh partials first and add those to the
+  accumulators (blocked summation: the rounding error grows with ``n / B + B``
+  terms instead of ``n``), in every variant but the group reduce (a tree already);
 * in any variant, loads of one buffer at consecutive constant offsets (lanes,
   unrolled iterations) become ``vloadN`` and contiguous unguarded stores
   ``vstoreN`` (N in 2, 4, 8, 16; only element alignment is required).
@@ -44,13 +54,25 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, Variant
-from engine.kernel.index import Div, Idx, Mod, Var, flatten, var
+from engine.kernel.index import Div, Idx, Mod, Var, add, flatten, lit, scale, var
 from engine.kernel.ir import Acc, Bound, Const, Expr, Kernel, Load, Op, Reduce, Where, schedule
-from engine.kernel.lanes import LaneAcc, Lanes, dependent, flat_reduce, lanes, rewrite, unroll, upcast_axes
+from engine.kernel.lanes import (
+    LaneAcc,
+    Lanes,
+    Staged,
+    dependent,
+    flat_reduce,
+    lanes,
+    rewrite,
+    substitute,
+    unroll,
+    upcast_axes,
+)
 from engine.program.dtypes import DType
 from engine.program.primitives import ARITHMETIC_OPS, COMPARE_OPS, LOGIC_OPS, UNARY_OPS
 
@@ -70,6 +92,8 @@ COMPUTE = {**STORAGE, DType.BOOL: "bool", DType.F16: "float"}
 _UNSIGNED = {DType.I32: "uint", DType.I64: "ulong"}
 _INT32_MAX = 2**31 - 1
 _FLOAT_UNARY = ("exp2", "log2", "sin", "cos", "sqrt", "recip")
+SUM_BLOCK = 64
+"""Terms of a float sum accumulated into a fresh partial before it joins the accumulator (0: sequential)."""
 
 
 class UnsupportedKernelError(ValueError):
@@ -83,7 +107,7 @@ class InvalidVariantError(ValueError):
 def variant_error(kernel: Kernel, variant: Variant) -> str | None:
     """Why ``variant`` cannot apply to ``kernel`` (device limits aside), or None."""
     v = variant
-    if min(v.upcast, v.tile, v.unroll) < 1 or v.group < 0 or (v.local_size is not None and v.local_size < 1):
+    if min(v.upcast, v.tile, v.unroll) < 1 or min(v.group, v.smem) < 0 or (v.local_size is not None and v.local_size < 1):
         return f"non-positive parameter in {v}"
     last, before = upcast_axes(kernel)
     if v.upcast > 1 and last is None:
@@ -99,7 +123,87 @@ def variant_error(kernel: Kernel, variant: Variant) -> str | None:
             return f"group {v.group} is not a power of two"
         if (v.upcast, v.tile, v.unroll) != (1, 1, 1) or v.local_size not in (None, v.group):
             return "group excludes upcast, tile, unroll and another local size"
+    if v.smem:
+        return _staging_error(kernel, v)
     return None
+
+
+def _staging_error(kernel: Kernel, v: Variant) -> str | None:
+    shape = block(v)
+    if shape is None or v.group > 1:
+        return "smem needs a blocked work-group (tile > 1 and a power-of-two local size)"
+    if kernel.reduce is None or not kernel.reduce.vars:
+        return "smem needs a reduce loop"
+    tiles = staging(kernel, v)
+    if not tiles:
+        return "smem needs a reduce load that follows one tiled axis"
+    for t in tiles:
+        if (t.width * v.smem) % (t.vector * shape[0] * shape[1]):
+            return f"a {t.width} x {v.smem} tile does not split evenly across {v.local_size} work items"
+    return None
+
+
+def staged_loads(kernel: Kernel) -> list[tuple[Load, Var]]:
+    """The reduce body's loads an ``smem`` variant stages: (load, the tiled axis it follows).
+
+    A load is staged when its index reads the innermost reduce variable and exactly one of the two tiled axes
+    (``upcast_axes``): a work-group's items then share its values over the group's block of that axis.
+    """
+    red = kernel.reduce
+    last, before = upcast_axes(kernel)
+    if red is None or not red.vars or before is None:
+        return []
+    out = []
+    for e in schedule([red.body]):
+        if isinstance(e, Load) and e.dtype in _VECTOR:
+            vs = e.index.variables()
+            axes = [a for a in (before, last) if a in vs]
+            if red.vars[-1] in vs and len(axes) == 1:
+                out.append((e, axes[0]))
+    return out
+
+
+@dataclass(frozen=True)
+class Tile:
+    """One staged load's local-memory tile: ``width`` points of ``axis`` (padded to ``stride``) by the reduce tile.
+
+    The group's items fill it in ``vector``-element chunks along ``axis`` (``along_axis``) or along the reduce,
+    whichever the load's index walks with unit stride (coalesced reads).
+    """
+
+    load: Load
+    axis: Var
+    width: int
+    stride: int
+    along_axis: bool
+    vector: int
+
+
+def staging(kernel: Kernel, variant: Variant) -> list[Tile]:
+    """The local-memory tiles of ``kernel`` in the ``smem`` variant ``variant`` (empty if none applies)."""
+    shape = block(variant)
+    if shape is None or not variant.smem:
+        return []
+    _, before = upcast_axes(kernel)
+    depth, items = variant.smem, shape[0] * shape[1]
+    out = []
+    for load, axis in staged_loads(kernel):
+        assert kernel.reduce is not None
+        width = shape[0] * variant.tile if axis == before else shape[1] * variant.upcast
+        along_axis = abs(load.index.coefficient(axis)) == 1 or abs(load.index.coefficient(kernel.reduce.vars[-1])) != 1
+        fast, size = (width, axis.size) if along_axis else (depth, depth)
+        vector = next((n for n in (4, 2) if fast % n == 0 and size % n == 0 and (width * depth) % (n * items) == 0), 1)
+        stride = width if along_axis else width + 4  # column writes at a stride off the 32 banks
+        out.append(Tile(load, axis, width, stride, along_axis, vector))
+    return out
+
+
+def local_bytes(kernel: Kernel, variant: Variant) -> int:
+    """Bytes of local memory the variant declares (group partials, staged tiles)."""
+    if variant.group > 1 and kernel.reduce is not None:
+        return variant.group * max(kernel.reduce.dtype.itemsize, 4)
+    return sum(t.stride * variant.smem * t.load.dtype.itemsize * (2 if t.load.dtype == DType.F16 else 1)
+               for t in staging(kernel, variant))
 
 
 def function_name(kernel: Kernel, variant: Variant) -> str:
@@ -282,6 +386,8 @@ class _Emitter:
         self.helpers: dict[str, str] = {}
         self.lines: list[str] = []
         self.count = 0
+        self.late_guard = ""
+        """The return of items past an end, when it must wait for the reduce's barriers."""
 
     # index arithmetic
 
@@ -346,6 +452,8 @@ class _Emitter:
             return literal(e.value.array().astype(e.dtype.numpy).item(), e.dtype)
         if isinstance(e, Acc):
             return "acc"
+        if isinstance(e, Staged):
+            return f"zx_s{e.buffer}[{self.index(e.index)}]"
         if isinstance(e, Where):
             cond = self.condition(e)
             then, otherwise = self.names[e.then], self.names[e.otherwise]
@@ -435,6 +543,7 @@ class _Emitter:
         """
         order = [e for e in schedule(roots) if e not in self.names and (only is None or e in only)]
         new = self.vector_loads([e for e in order if isinstance(e, Load)], indent)
+        new += self.staged_reads([e for e in order if isinstance(e, Staged)], indent)
         for e in order:
             if e in self.names:
                 continue
@@ -463,6 +572,24 @@ class _Emitter:
                 named.append(e)
         return named
 
+    def staged_reads(self, reads: list[Staged], indent: str) -> list[Expr]:
+        """Emit vector reads (aligned casts where the offset is a multiple of the width) of runs of ``reads``."""
+        named: list[Expr] = []
+        for base, run in _runs([((e.buffer, e.dtype), e.index, e) for e in reads], widths=(4, 2, 1)):
+            if len(run) < 2:
+                continue
+            n, t, buf = len(run), COMPUTE[run[0].dtype], f"zx_s{run[0].buffer}"
+            at = f"{buf} + ({self.index(base)})"
+            aligned = base.const % n == 0 and all(c % n == 0 for _, c in base.terms)
+            name = f"v{self.count}"
+            self.count += 1
+            read = f"*(__local const {t}{n}*)({at})" if aligned else f"vload{n}(0, {at})"
+            self.lines.append(f"{indent}const {t}{n} {name} = {read};")
+            for lane, e in enumerate(run):
+                self.names[e] = f"{name}.s{lane:x}"
+                named.append(e)
+        return named
+
     # the kernel
 
     def init(self, red: Reduce) -> str:
@@ -482,11 +609,44 @@ class _Emitter:
             return f"({t})(({_UNSIGNED[dtype]}){a} + ({_UNSIGNED[dtype]}){b})" if dtype.is_int else f"{a} + {b}"
         return f"max({a}, {b})" if dtype.is_int else f"({a} >= {b} || isnan({a})) ? {a} : {b}"
 
-    def loop(self, v: Var, indent: str, start: str = "0", step: int = 1) -> str:
+    def loop(self, v: Var, indent: str, start: str = "0", step: int = 1, stop: str | None = None) -> str:
         name = self.vars[v]
         inc = f"++{name}" if step == 1 else f"{name} += {step}"
-        self.lines.append(f"{indent}for ({self.itype} {name} = {start}; {name} < {v.size}; {inc}) {{")
+        self.lines.append(f"{indent}for ({self.itype} {name} = {start}; {name} < {stop or v.size}; {inc}) {{")
         return indent + "  "
+
+    def add_steps(self, steps: list[list[Expr]], indent: str, scope: set[Expr], target: str) -> list[Expr]:
+        """Emit ``steps`` (each a body per lane) and add them into ``<target><lane>``; returns the nodes named."""
+        red = self.kernel.reduce
+        assert red is not None
+        scoped = self.emit([b for step in steps for b in step], indent, only=scope)
+        for step in steps:
+            for lane, b in enumerate(step):
+                self.lines.append(f"{indent}{target}{lane} = {self.combine(red, f'{target}{lane}', self.names[b])};")
+        return scoped
+
+    def accumulate(self, v: Var, per_trip: int, lanes_n: int, indent: str, body) -> None:
+        """A loop over ``v`` whose ``body(indent, target)`` adds ``per_trip`` terms per lane into ``target<lane>``.
+
+        A float sum of more than ``SUM_BLOCK`` terms runs the loop in blocks of ``SUM_BLOCK // per_trip`` trips,
+        each summed into fresh partials ``zp<lane>`` that are then added to ``acc<lane>``.
+        """
+        red = self.kernel.reduce
+        assert red is not None
+        trips = max(1, SUM_BLOCK // per_trip) if red.op == "sum" and red.dtype.is_float and SUM_BLOCK else v.size
+        if trips >= v.size:
+            body(self.loop(v, indent), "acc")
+            self.lines.append(f"{indent}}}")
+            return
+        t, c = COMPUTE[red.dtype], f"{self.vars[v]}b"
+        self.lines.append(f"{indent}for ({self.itype} {c} = 0; {c} < {v.size}; {c} += {trips}) {{")
+        inner = indent + "  "
+        self.lines += [f"{inner}{t} zp{lane} = {self.init(red)};" for lane in range(lanes_n)]
+        end = f"{c} + {trips}" if v.size % trips == 0 else f"min({c} + {self.ilit(trips)}, {self.ilit(v.size)})"
+        body(self.loop(v, inner, start=c, stop=end), "zp")
+        self.lines.append(f"{inner}}}")
+        self.lines += [f"{inner}acc{lane} = {self.combine(red, f'acc{lane}', f'zp{lane}')};" for lane in range(lanes_n)]
+        self.lines.append(f"{indent}}}")
 
     def reduce(self, bodies: list[Expr]) -> None:
         """The reduce loops of every lane (``bodies``, one per lane), accumulating into ``acc<lane>``."""
@@ -511,20 +671,122 @@ class _Emitter:
         indent = "  "
         for v in outer:
             indent = self.loop(v, indent)
+        scope = inner | set(roots)
         for v, loop_steps in ((main, steps), (rest, [tail] if tail else [])):
-            if not loop_steps or v.size == 0:
-                continue
-            body_indent = self.loop(v, indent)
-            scoped = self.emit([b for step in loop_steps for b in step], body_indent, only=inner | set(roots))
-            for step in loop_steps:
-                for lane, b in enumerate(step):
-                    self.lines.append(f"{body_indent}acc{lane} = {self.combine(red, f'acc{lane}', self.names[b])};")
-            self.lines.append(f"{indent}}}")
-            for e in scoped:  # defined inside the loop: out of scope after it
-                del self.names[e]
+            if loop_steps and v.size:
+                self.accumulate(v, len(loop_steps), len(bodies), indent,
+                                lambda at, target, ls=loop_steps: self.forget(self.add_steps(ls, at, scope, target)))
         for _ in outer:
             indent = indent[:-2]
             self.lines.append(f"{indent}}}")
+
+    def forget(self, scoped: list[Expr]) -> None:
+        """Drop the names of nodes defined inside a loop (out of scope after it)."""
+        for e in scoped:
+            del self.names[e]
+
+    def tiled_reduce(self, plan: Lanes, bodies: list[Expr]) -> None:
+        """The reduce of an ``smem`` variant: per tile of the innermost reduce loop, the group stages its tiles
+        of the staged loads in local memory, synchronises, and every lane reads them from there.
+
+        Accumulation order per lane is unchanged (tile by tile, step by step); the steps past the last whole
+        tile read global memory.  Every item runs every barrier: items past an end return after the reduce.
+        """
+        k, red, v = self.kernel, self.kernel.reduce, self.variant
+        assert red is not None
+        rows, columns = block(v) or (1, 1)
+        last, before = upcast_axes(k)
+        *outer, r = red.vars
+        depth = v.smem
+        tiles = staging(k, v)
+        kt, kk, rr = Var("zkt", r.size // depth), Var("zkk", depth), Var("zrr", r.size % depth)
+        self.vars |= {kt: "zkt", kk: "zkk", rr: "zrr"}
+        ty, tx = Var("zty", rows), Var("ztx", columns)
+        self.vars |= {ty: "zty", tx: "ztx"}
+        spots = {before: Var("zti", rows * v.tile), last: Var("ztj", columns * v.upcast)}
+        staged = {t.load: Staged(n, add(scale(var(kk), t.stride), var(spots[t.axis])), kt, t.load.dtype)
+                  for n, t in enumerate(tiles)}
+        (body,) = rewrite([red.body], {r: add(scale(var(kt), depth), var(kk))}, replace=staged)
+        main, mains, rest, rsub = unroll(kk, v.unroll)
+        self.vars[main] = self.vars[rest] = "zkk"
+        tiled = []
+        for lane in plan.lanes:
+            u, w = (lane.subst[a].const if a in lane.subst else 0 for a in (before, last))
+            where = {spots[before]: add(scale(var(ty), v.tile), lit(u)), spots[last]: add(scale(var(tx), v.upcast), lit(w))}
+            tiled.append(rewrite(rewrite([body], lane.subst), where)[0])
+        steps = [rewrite(tiled, m) for m in mains]
+        tail = rewrite(tiled, rsub) if rest.size else []
+        remainder = rewrite(bodies, {r: add(var(rr), lit(depth * kt.size))}) if rr.size else []
+        roots = [b for step in steps for b in step] + tail + remainder
+        inner = dependent(roots, {*outer, kt, main, rest, rr})
+        self.emit(roots, "  ", only=set(schedule(roots)) - inner - set(roots))
+        self.lines += [f"  {COMPUTE[red.dtype]} acc{lane} = {self.init(red)};" for lane in range(len(bodies))]
+        for n, tile in enumerate(tiles):
+            self.lines.append(f"  __local {COMPUTE[tile.load.dtype]} zx_s{n}[{tile.stride * depth}]"
+                              " __attribute__((aligned(32)));")
+        indent = "  "
+        for u in outer:
+            indent = self.loop(u, indent)
+        scope = inner | set(roots)
+
+        def tile_body(at: str, target: str) -> None:
+            scoped = self.stage(tiles, at)
+            self.lines.append(f"{at}barrier(CLK_LOCAL_MEM_FENCE);")
+            for u, loop_steps in ((main, steps), (rest, [tail] if tail else [])):
+                if loop_steps and u.size:
+                    self.forget(self.add_steps(loop_steps, self.loop(u, at), scope, target))
+                    self.lines.append(f"{at}}}")
+            self.lines.append(f"{at}barrier(CLK_LOCAL_MEM_FENCE);")
+            self.forget(scoped)
+
+        if kt.size:
+            self.accumulate(kt, depth, len(bodies), indent, tile_body)
+        if remainder:
+            self.accumulate(rr, 1, len(bodies), indent,
+                            lambda at, target: self.forget(self.add_steps([remainder], at, scope, target)))
+        for _ in outer:
+            indent = indent[:-2]
+            self.lines.append(f"{indent}}}")
+
+    def stage(self, tiles: list[Tile], indent: str) -> list[Expr]:
+        """Copy this reduce tile of every staged load into local memory, the group's items sharing the work.
+
+        Item ``lid`` copies chunks ``lid, lid + items, ...`` of ``vector`` elements, consecutive along the axis
+        the load's index walks with unit stride; rows past the axis' end read its last valid chunk (their
+        results are never stored).  Returns the nodes named (scoped to the loop).
+        """
+        k, v, it = self.kernel, self.variant, self.itype
+        assert k.reduce is not None
+        r, depth = k.reduce.vars[-1], v.smem
+        rows, columns = block(v) or (1, 1)
+        items = rows * columns
+        _, before = upcast_axes(k)
+        named: list[Expr] = []
+        for n, tile in enumerate(tiles):
+            vec, origin = tile.vector, "zbi" if tile.axis == before else "zbj"
+            fast = tile.width if tile.along_axis else depth
+            for c in range(tile.width * depth // (vec * items)):
+                e, a, q = f"zs{n}e{c}", f"zs{n}a{c}", f"zs{n}k{c}"
+                self.lines.append(f"{indent}const {it} {e} = (lid + {c * items}) * {vec};")
+                spot, step = (f"{e} % {fast}", f"{e} / {fast}") if tile.along_axis else (f"{e} / {fast}", f"{e} % {fast}")
+                self.lines.append(f"{indent}const {it} {a} = {spot};")
+                self.lines.append(f"{indent}const {it} {q} = {step};")
+                ga = Var(f"zs{n}g{c}", tile.axis.size - (vec - 1 if tile.along_axis else 0))
+                gr = Var(f"zs{n}r{c}", r.size - (0 if tile.along_axis else vec - 1))
+                at = f"{origin} + {a}"
+                self.lines.append(f"{indent}const {it} {ga.name} = min({at}, {self.ilit(ga.size - 1)});")
+                self.lines.append(f"{indent}const {it} {gr.name} = zkt * {depth} + {q};")
+                self.vars |= {ga: ga.name, gr: gr.name}
+                loads = []
+                for lane in range(vec):
+                    da, dr = (lane, 0) if tile.along_axis else (0, lane)
+                    m = {tile.axis: add(var(ga), lit(da)), r: add(var(gr), lit(dr))}
+                    loads.append(Load(tile.load.input, substitute(tile.load.index, m), tile.load.size, tile.load.dtype))
+                named += self.emit(loads, indent)
+                for lane, load in enumerate(loads):
+                    row, col = (q, f"{a} + {lane}") if tile.along_axis else (f"({q} + {lane})", a)
+                    self.lines.append(f"{indent}zx_s{n}[{row} * {tile.stride} + {col}] = {self.names[load]};")
+        return named
 
     def group_reduce(self) -> None:
         """The reduce split across the work-group: strided partial loops, then a tree in local memory."""
@@ -598,13 +860,22 @@ class _Emitter:
         row_block = "grp" if bq == 1 else f"(grp / {bq})"
         row_block = row_block if bp * bq == groups else f"({row_block} % {bp})"
         col_block = "0" if bq == 1 else f"(grp % {bq})"
+        if self.variant.smem:  # the staged tiles' origins and the item's place in the block
+            self.lines += [f"  const {it} zbi = {row_block} * {rows * self.variant.tile};",
+                           f"  const {it} zbj = {col_block} * {columns * self.variant.upcast};",
+                           f"  const {it} zty = lid / {columns};", f"  const {it} ztx = lid % {columns};"]
         for v, value, n in ((p, f"{row_block} * {rows} + lid / {columns}", bp * rows),
                             (q, f"{col_block} * {columns} + lid % {columns}", bq * columns)):
             name = self.vars[v]
-            self.lines.append(f"  const {it} {name} = {value};")
             if n > v.size:
-                guards.append(f"{name} >= {v.size}")
-        if guards:
+                guards.append(f"{name}_ >= {v.size}" if self.variant.smem else f"{name} >= {v.size}")
+            if n > v.size and self.variant.smem:  # items past the end compute the last point and store nothing
+                self.lines.append(f"  const {it} {name}_ = {value};")
+                value = f"min({name}_, {self.ilit(v.size - 1)})"
+            self.lines.append(f"  const {it} {name} = {value};")
+        if guards and self.variant.smem:
+            self.late_guard = f"  if ({' || '.join(guards)}) return;"
+        elif guards:
             self.lines.append(f"  if ({' || '.join(guards)}) return;")
         others = tuple(Var(v.name, 1) if v in (p, q) else v for v in plan.outer)
         if any(v.size > 1 for v in others):
@@ -638,7 +909,10 @@ class _Emitter:
                     self.lines.append(f"  const {it} gid = ({it})get_global_id(0);")
                 self.decompose("gid", plan.outer)
             if k.reduce is not None:
-                self.reduce([rewrite([k.reduce.body], lane.subst)[0] for lane in plan.lanes])
+                bodies = [rewrite([k.reduce.body], lane.subst)[0] for lane in plan.lanes]
+                self.tiled_reduce(plan, bodies) if self.variant.smem else self.reduce(bodies)
+            if self.late_guard:
+                self.lines.append(self.late_guard)
         outputs = [rewrite(list(k.outputs), lane.subst, LaneAcc(i, k.reduce.dtype) if k.reduce else None)
                    for i, lane in enumerate(plan.lanes)]
         for i in range(len(plan.lanes)):
@@ -675,10 +949,11 @@ _VECTOR = (DType.F32, DType.F64, DType.I32, DType.I64, DType.F16)
 """Dtypes read by ``vloadN`` (half through ``vload_halfN``, as float)."""
 
 
-def _runs(items: list) -> list[tuple[Idx, list]]:
+def _runs(items: list, widths: tuple[int, ...] = (16, 8, 4, 2, 1)) -> list[tuple[Idx, list]]:
     """Group ``(key, index, payload)`` items with equal key and index terms into runs of consecutive constants.
 
-    Runs are cut into pieces of 16, 8, 4, 2 or 1; returns ``(index of the first, payloads)`` per piece.
+    Runs are cut into pieces of ``widths`` (the largest that fits first); returns ``(index of the first,
+    payloads)`` per piece.
     """
     groups: dict[tuple, list[tuple[int, object]]] = {}
     for key, index, payload in items:
@@ -692,7 +967,7 @@ def _runs(items: list) -> list[tuple[Idx, list]]:
             while j + 1 < len(members) and members[j + 1][0] == members[j][0] + 1:
                 j += 1
             while i <= j:
-                n = next(w for w in (16, 8, 4, 2, 1) if w <= j - i + 1)
+                n = next(w for w in widths if w <= j - i + 1)
                 out.append((Idx(terms, members[i][0]), [p for _, p in members[i : i + n]]))
                 i += n
     return out
