@@ -34,6 +34,7 @@ from engine.kernel.opencl import (
     function_name,
     generate,
     launch_size,
+    local_bytes,
     program_source,
     variant_error,
 )
@@ -208,10 +209,9 @@ class OpenCLDevice:
         local = variant.group if variant.group > 1 else variant.local_size
         if local is not None and not 0 < local <= limit:
             return f"local size {local} outside 1..{limit} on {self.name}"
-        if variant.group > 1 and kernel.reduce is not None:
-            need = variant.group * max(kernel.reduce.dtype.itemsize, 4)
-            if need > int(self.device.local_mem_size):
-                return f"group {variant.group} needs {need} bytes of local memory, {self.name} has fewer"
+        need = local_bytes(kernel, variant)
+        if need > int(self.device.local_mem_size):
+            return f"{variant} needs {need} bytes of local memory, {self.name} has fewer"
         return None
 
     def compile_many(self, items: list[tuple[Kernel, Variant]]) -> None:

@@ -639,6 +639,7 @@ class _Emitter:
             self.lines.append(f"{indent}}}")
             return
         t, c = COMPUTE[red.dtype], f"{self.vars[v]}b"
+        t, c = COMPUTE[red.dtype], f"{self.vars[v]}b"
         self.lines.append(f"{indent}for ({self.itype} {c} = 0; {c} < {v.size}; {c} += {trips}) {{")
         inner = indent + "  "
         self.lines += [f"{inner}{t} zp{lane} = {self.init(red)};" for lane in range(lanes_n)]

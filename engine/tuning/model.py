@@ -4,8 +4,11 @@ A roofline refined by what a variant changes: the number of work items (too
 few cannot fill the device: a reduce to one point on one work item runs on one
 lane), the load instructions a work item issues (lanes of an upcast or tile
 share loads; those that differ by a constant become one vector load), and a
-per-work-item overhead (index arithmetic).  It ranks candidates; it is not
-meant to be accurate.  Host devices (numpy, blas) use their own ``estimate``.
+per-work-item overhead (index arithmetic).  A local-memory (``smem``) variant
+reads its staged operands from global memory once per work-group (each item
+its share of the tiles, vectorised) and from local memory per lane step
+(aligned vector reads, cheaper than a cached global load).  It ranks
+candidates; it is not meant to be accurate.  Host devices (numpy, blas) use their own ``estimate``.
 """
 
 from __future__ import annotations
@@ -13,13 +16,16 @@ from __future__ import annotations
 import math
 
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.egraph.egraph import Scalar
 from engine.kernel.cost import work
-from engine.kernel.ir import Kernel, Load, schedule
-from engine.kernel.lanes import dependent, flat_reduce, lanes, rewrite, unroll
-from engine.kernel.opencl import launch_size
+from engine.kernel.ir import Const, Kernel, Load, schedule
+from engine.kernel.lanes import dependent, flat_reduce, lanes, rewrite, unroll, upcast_axes
+from engine.kernel.opencl import block, launch_size, staging
 
 _ITEM_OPS = 12
 """Scalar ops of per-work-item overhead (index decomposition, bounds)."""
+_LOCAL_READ = 0.5
+"""A local-memory vector read, in global load instructions."""
 
 
 def load_instructions(kernel: Kernel, variant: Variant) -> tuple[float, int]:
@@ -36,7 +42,16 @@ def load_instructions(kernel: Kernel, variant: Variant) -> tuple[float, int]:
     count = float(_vector_count([e for e in schedule(outs) if isinstance(e, Load)]))
     red = kernel.reduce
     if red is not None:
-        bodies = [rewrite([red.body], lane.subst)[0] for lane in plan.lanes]
+        tiles = staging(kernel, variant)
+        staged = {t.load: Const(Scalar(0, t.load.dtype), t.load.dtype) for t in tiles}  # counted below instead
+        bodies = [rewrite([red.body], lane.subst, replace=staged)[0] for lane in plan.lanes]
+        if tiles:
+            rows, columns = block(variant) or (1, 1)
+            last, _ = upcast_axes(kernel)
+            for t in tiles:
+                lanes_along = variant.upcast if t.axis == last else variant.tile
+                per_step = t.width / (rows * columns * t.vector) + _LOCAL_READ * math.ceil(lanes_along / 4)
+                count += per_step * red.size
         if not red.vars:
             return count + _vector_count([e for e in schedule(bodies) if isinstance(e, Load)]), len(plan.lanes)
         *outer, last = red.vars

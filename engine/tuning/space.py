@@ -12,6 +12,8 @@ from engine.kernel.opencl import variant_error
 LOCAL_SIZES: tuple[int | None, ...] = (None, 16, 32, 64, 128, 256, 512, 1024)
 FACTORS = (1, 2, 4, 8)
 GROUPS = (0, 16, 32, 64, 128, 256, 512, 1024)
+SMEM = (0, 8, 16, 32)
+"""Reduce tile depths of the local-memory variant (0: off)."""
 SMALL_OUTPUT = 4096
 """Kernels with at most this many output points and a long reduce get group-reduce seeds."""
 GPU_SMALL_OUTPUT = 1 << 17
@@ -26,7 +28,9 @@ def valid(kernel: Kernel, v: Variant) -> bool:
     if (last is not None and v.upcast > last.size) or (before is not None and v.tile > before.size):
         return False
     red = kernel.reduce
-    if red is not None and red.vars and v.unroll > red.vars[-1].size:
+    if red is not None and red.vars and max(v.unroll, v.smem) > red.vars[-1].size:
+        return False
+    if v.smem and v.unroll > v.smem:
         return False
     return not (red is not None and v.group > 1 and v.group > 2 * max(red.size, 1))
 
@@ -37,7 +41,8 @@ def _step(values: tuple, current: object) -> list:
 
 
 def neighbours(kernel: Kernel, v: Variant) -> list[Variant]:
-    """Variants one action away: one parameter moved to an adjacent value, or the group reduce toggled."""
+    """Variants one action away: one parameter moved to an adjacent value (the local-memory tile depth too),
+    or the group reduce toggled."""
     out: list[Variant] = []
     if v.group > 1:
         out += [replace(v, group=g) for g in _step(GROUPS, v.group) if g > 1]
@@ -48,6 +53,7 @@ def neighbours(kernel: Kernel, v: Variant) -> list[Variant]:
         out += [replace(v, tile=f) for f in _step(FACTORS, v.tile)]
         out += [replace(v, unroll=f) for f in _step(FACTORS, v.unroll)]
         if kernel.reduce is not None:
+            out += [replace(v, smem=d) for d in _step(SMEM, v.smem)]
             out.append(Variant(group=64))
     return [n for n in dict.fromkeys(out) if n != v and valid(kernel, n)]
 
@@ -62,6 +68,11 @@ def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
         if kernel.numel <= (GPU_SMALL_OUTPUT if gpu else SMALL_OUTPUT) and red.size >= 256:
             out += [Variant(group=256), Variant(group=1024 if gpu else 64)]
         _, before = upcast_axes(kernel)
+        if before is not None and gpu:  # operands staged in local memory, 8 x 4 or 8 x 8 outputs per item (on the
+            out += [Variant(local_size=512, upcast=4, tile=8, unroll=4, smem=32),  # H200: 128 x 128 per group, best)
+                    Variant(local_size=256, upcast=4, tile=8, unroll=8, smem=32),
+                    Variant(local_size=128, upcast=8, tile=8, unroll=4, smem=32),
+                    Variant(local_size=256, upcast=4, tile=8, unroll=4, smem=16)]
         if before is not None:
             out += [Variant(local_size=local, upcast=4, tile=4), Variant(local_size=local, upcast=4, tile=2, unroll=2)]
             if gpu:  # 2-D blocked work-groups (opencl.block), 64 x 64 to 128 x 128 outputs per group
@@ -78,11 +89,12 @@ def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
 def space(kernel: Kernel) -> list[Variant]:
     """Every valid variant (for the cost model's exhaustive ranking)."""
     out = [
-        Variant(local_size=s, upcast=u, tile=t, unroll=r)
+        Variant(local_size=s, upcast=u, tile=t, unroll=r, smem=d)
         for s in LOCAL_SIZES
         for u in FACTORS
         for t in FACTORS
         for r in FACTORS
+        for d in (SMEM if t > 1 and s is not None and s >= 64 else (0,))
     ]
     out += [Variant(group=g) for g in GROUPS if g > 1]
     return [v for v in out if valid(kernel, v)]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sample_graphs
 from engine import load
@@ -603,3 +606,178 @@ def test_invalid_variants(device):
         generate(ew, Variant(group=64))
     with pytest.raises(KernelBuildError, match="local size"):
         device.compile(ew, Variant(local_size=1 << 20))
+
+
+# -- local-memory tiles (smem) and blocked float sums --------------------------------------
+
+
+SMEM_VARIANTS = [
+    Variant(local_size=16, upcast=2, tile=2, smem=4),
+    Variant(local_size=16, tile=2, smem=8),
+    Variant(local_size=32, upcast=4, tile=2, unroll=4, smem=4),
+    Variant(local_size=16, upcast=4, tile=2, unroll=3, smem=6),
+    Variant(local_size=64, upcast=4, tile=4, unroll=2, smem=8),
+    Variant(local_size=16, upcast=4, tile=4, unroll=4, smem=16),
+]
+
+
+def matmul_kernel(m: int, n: int, k: int, batch: int = 0, ta: bool = False, tb: bool = False,
+                  dtype: DType = F32, split: int = 0) -> Kernel:
+    """``a @ b`` (``batch`` > 0: batched) with ``a`` stored transposed (``ta``) and/or ``b`` (``tb``): views.
+
+    ``split`` > 0 writes the reduce as two loops (``k = split * outer + inner``), as a kernelizer does for a
+    reshaped contraction.
+    """
+    shape = ((batch,) if batch else ()) + (m, n)
+    vs = gvars(shape)
+    g, i, j = (vs[0] if batch else None), vs[-2], vs[-1]
+    rs = gvars((k // split, split) if split else (k,), "r")
+    r = add(scale(var(rs[0]), split), var(rs[1])) if split else var(rs[0])
+    base_a = scale(var(g), m * k) if batch else lit(0)
+    base_b = scale(var(g), k * n) if batch else lit(0)
+    ia = add(base_a, scale(r, m), var(i)) if ta else add(base_a, scale(var(i), k), r)
+    ib = add(base_b, scale(var(j), k), r) if tb else add(base_b, scale(r, n), var(j))
+    nb = max(batch, 1)
+    a = Load(0, ia, nb * m * k, dtype)
+    b = Load(1, ib, nb * k * n, dtype)
+    bufs = (Buffer((nb, k, m) if ta else (nb, m, k), dtype), Buffer((nb, n, k) if tb else (nb, k, n), dtype))
+    acc = Acc(dtype)
+    outs = (acc, Op("relu", (acc,), dtype)) if dtype.is_float else (acc,)
+    return Kernel(bufs, shape, vs, Reduce("sum", rs, Op("mul", (a, b), dtype)), outs)
+
+
+def smem_kernels() -> dict[str, Kernel]:
+    """Matmul-shaped reduces: tile multiples and not, batched, transposed operands, split reduces, f16, i32,
+    and a body with loads that stay in global memory (a per-step scale, a per-output bias)."""
+    out = {
+        "square_32": matmul_kernel(32, 32, 32),
+        "odd_37x29x45": matmul_kernel(37, 29, 45),
+        "batched_3x17x12x33": matmul_kernel(17, 12, 33, batch=3),
+        "a_transposed": matmul_kernel(20, 24, 40, ta=True),
+        "b_transposed": matmul_kernel(19, 16, 27, tb=True),
+        "both_transposed_batched": matmul_kernel(9, 13, 21, batch=2, ta=True, tb=True),
+        "split_reduce": matmul_kernel(16, 20, 48, split=12),
+        "f16": matmul_kernel(18, 20, 36, dtype=F16),
+        "i32": matmul_kernel(12, 20, 30, dtype=I32),
+    }
+    m, n, kk = 21, 18, 35
+    g0, g1 = gvars((m, n))
+    (r,) = gvars((kk,), "r")
+    a = Load(0, add(scale(var(g0), kk), var(r)), m * kk, F32)
+    b = Load(1, add(scale(var(r), n), var(g1)), kk * n, F32)
+    step = Load(2, var(r), kk, F32)  # follows the reduce only: read from global memory in every lane
+    bias = Load(3, add(scale(var(g0), n), var(g1)), m * n, F32)  # follows both axes: hoisted per lane
+    body = Op("add", (Op("mul", (Op("mul", (a, b), F32), step), F32), bias), F32)
+    ins = (Buffer((m, kk), F32), Buffer((kk, n), F32), Buffer((kk,), F32), Buffer((m, n), F32))
+    out["global_loads_too"] = Kernel(ins, (m, n), (g0, g1), Reduce("sum", (r,), body), (Acc(F32),))
+    return out
+
+
+def check_variants(device, kernel: Kernel, variants: list[Variant], seed: int = 0) -> int:
+    """Run every applicable variant of ``variants`` on exact inputs against the numpy evaluator; returns how many."""
+    from engine.tuning.measure import mismatch, sample_inputs, tolerance
+
+    ok = [v for v in variants if device.variant_error(kernel, v) is None]
+    device.compile_many([(kernel, v) for v in ok])
+    arrays = sample_inputs(kernel, seed)  # multiples of 1/4: sums exact in any order
+    want = evaluate(kernel, arrays)
+    for v in ok:
+        got = run(device, kernel, *arrays, variant=v)
+        assert mismatch(got, want, *tolerance(kernel)) is None, f"{kernel.name} {v}: {mismatch(got, want, *tolerance(kernel))}"
+    return len(ok)
+
+
+def test_smem_variants_match_the_evaluator(device):
+    """Every local-memory variant of every matmul-shaped kernel above equals the numpy evaluator."""
+    from engine.kernel.opencl import staged_loads
+
+    for name, k in smem_kernels().items():
+        assert len(staged_loads(k)) == 2, name
+        assert check_variants(device, k, SMEM_VARIANTS) >= 4, name
+    with_random = smem_kernels()["odd_37x29x45"]
+    arrays = [sample(F32, b.shape, seed=i) for i, b in enumerate(with_random.inputs)]
+    got = run(device, with_random, *arrays, variant=SMEM_VARIANTS[4])
+    a, b = (x.reshape(x.shape[-2:]) for x in arrays)
+    check(got[0], a @ b, F32)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=st.integers(2, 40), n=st.integers(2, 40), k=st.integers(1, 50), batch=st.sampled_from([0, 2]),
+       ta=st.booleans(), tb=st.booleans(), variant=st.sampled_from(SMEM_VARIANTS))
+def test_smem_hypothesis(device, m, n, k, batch, ta, tb, variant):
+    kernel = matmul_kernel(m, n, k, batch=batch, ta=ta, tb=tb)
+    check_variants(device, kernel, [variant, replace(variant, smem=0)])
+
+
+def test_smem_source_and_applicability():
+    """Tiles in aligned local memory, coalesced vector copies, barriers; the guard waits for the reduce."""
+    from engine.kernel.opencl import local_bytes, staging, variant_error
+
+    k = matmul_kernel(37, 29, 64)
+    v = Variant(local_size=64, upcast=4, tile=4, unroll=4, smem=16)
+    src = generate(k, v)
+    assert src.count("barrier(CLK_LOCAL_MEM_FENCE)") == 2 and "__local float zx_s0[" in src
+    assert "*(__local const float4*)(zx_s" in src and "vload4(0, in0" in src  # a: along the reduce
+    assert src.index("return;") > src.rindex("barrier(")  # items past the end run every barrier first
+    a, b = staging(k, v)
+    assert (a.along_axis, b.along_axis) == (False, True) and a.stride == 32 + 4 and b.stride == 32
+    assert local_bytes(k, v) == (36 + 32) * 16 * 4
+    assert v.tag == "l64u4t4r4g0s16" and Variant(local_size=64).tag == "l64u1t1r1g0"
+    assert Variant.from_json(v.to_json()) == v
+    old = {"local_size": 64, "upcast": 8, "tile": 8, "unroll": 2, "group": 0}  # a cache entry before smem
+    assert Variant.from_json(old) == Variant(local_size=64, upcast=8, tile=8, unroll=2)
+    ew = variant_kernels()["elementwise_broadcast"]
+    assert "reduce" in variant_error(ew, Variant(local_size=16, tile=2, smem=4))
+    assert "blocked" in variant_error(k, Variant(upcast=4, tile=4, smem=8))  # no local size: no block
+    assert "evenly" in variant_error(k, Variant(local_size=64, upcast=1, tile=2, smem=2))
+    row = variant_kernels()["reduce_middle"]
+    assert variant_error(row, Variant(local_size=16, tile=2, smem=4))  # no two tiled axes
+    both = Kernel(k.inputs, k.shape, k.vars, Reduce("sum", k.reduce.vars, Load(0, add(*map(var, k.vars)), 37 * 64,
+                                                                                F32)), (Acc(F32),))
+    assert "follows one tiled axis" in variant_error(both, v)
+
+
+def tiny_terms_kernel(k: int) -> tuple[Kernel, list[np.ndarray], float]:
+    """A 4 x 4 matmul whose every output sums 1 and ``k - 1`` terms of 2**-24 (exact: 1 + (k-1) 2**-24).
+
+    Added one by one to 1.0 in float32 each term is half an ulp and rounds away (ties to even), so a
+    sequential sum returns 1.0, off by (k-1) 2**-24 = 2.4e-4 relative for k = 4096: beyond f32's rtol 2e-4.
+    """
+    kernel = matmul_kernel(4, 4, k)
+    a = np.full((1, 4, k), 2.0**-24, np.float32)
+    a[..., 0] = 1
+    return kernel, [a, np.ones((1, k, 4), np.float32)], 1 + (k - 1) * 2.0**-24
+
+
+BLOCKED = [DEFAULT_VARIANT, Variant(unroll=4), Variant(upcast=2, tile=2, unroll=2),
+           Variant(local_size=4, upcast=2, tile=2, unroll=4, smem=16)]
+
+
+def test_blocked_sums_meet_the_f32_tolerance(device):
+    """Each run of SUM_BLOCK terms is summed apart: the tiny terms survive, within f32's tolerance."""
+    from engine.kernel import opencl
+
+    kernel, arrays, exact = tiny_terms_kernel(4096)
+    rtol, atol = F32.tolerance
+    for v in BLOCKED:
+        got = run(device, kernel, *arrays, variant=v)[0]
+        assert np.all(np.abs(got - exact) <= atol + rtol * exact), (v, got.ravel()[0] - exact)
+        assert np.all(np.abs(got - exact) <= opencl.SUM_BLOCK * 2.0**-24), v  # the first block's terms at most
+    assert "zp0 = 0.0f" in generate(kernel) and "zp0" not in generate(matmul_kernel(4, 4, 4096, dtype=I32))
+
+
+def test_sequential_sums_miss_the_f32_tolerance(device, monkeypatch):
+    """The same kernels with sequential accumulation (SUM_BLOCK 0) return 1.0: the check above can fail."""
+    from engine.kernel import opencl
+
+    monkeypatch.setattr(opencl, "SUM_BLOCK", 0)
+    opencl.generate.cache_clear()
+    try:
+        kernel, arrays, exact = tiny_terms_kernel(4096)
+        rtol, atol = F32.tolerance
+        for v in BLOCKED:
+            assert "zp0" not in generate(kernel, v)
+            got = run(device, kernel, *arrays, variant=v)[0]
+            assert np.all(got == 1) and np.all(np.abs(got - exact) > atol + rtol * exact), v
+    finally:
+        opencl.generate.cache_clear()

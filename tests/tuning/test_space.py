@@ -1,0 +1,68 @@
+"""The variant space and cost model around the local-memory (smem) variant: seeds, actions, ranking."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from engine.devices.base import Variant
+from engine.devices.opencl import Nominal
+from engine.kernel.opencl import variant_error
+from engine.tuning.model import load_instructions, predict, suggest
+from engine.tuning.search import Trial, TuneResult
+from engine.tuning.space import neighbours, seeds, space, valid
+from tests.kernel.test_opencl import matmul_kernel, variant_kernels
+
+BIG = matmul_kernel(4096, 4096, 4096)
+STAGED = Variant(local_size=512, upcast=4, tile=8, unroll=4, smem=32)
+
+
+def fake_gpu() -> SimpleNamespace:
+    """What ``predict`` reads of an OpenCL GPU (an H200's unit count; nominal speeds as ``nominal`` gives)."""
+    nominal = Nominal(bandwidth=4e12, throughput=132 * 1.98e9 * 64, overhead=5e-6, transfer_bandwidth=5e10,
+                      transfer_overhead=1e-5)
+    return SimpleNamespace(nominal=nominal, is_gpu=True, device=SimpleNamespace(max_compute_units=132),
+                           estimate=lambda k: 0.0, variant_error=variant_error)
+
+
+def test_gpu_seeds_start_with_staged_tiles():
+    out = seeds(BIG, gpu=True)
+    assert all(valid(BIG, v) for v in out) and len(set(out)) == len(out)
+    staged = [i for i, v in enumerate(out) if v.smem]
+    assert STAGED in out and len(staged) == 4
+    assert max(staged) < min(i for i, v in enumerate(out) if v.tile > 1 and not v.smem)  # timed first
+    assert not any(v.smem for v in seeds(BIG, gpu=False))
+    assert not any(v.smem for v in seeds(variant_kernels()["reduce_max_rows"], gpu=True))
+
+
+def test_actions_reach_and_leave_staging():
+    blocked = Variant(local_size=256, upcast=4, tile=8, unroll=4)
+    assert replace_smem(blocked, 8) in neighbours(BIG, blocked)
+    around = neighbours(BIG, STAGED)
+    assert replace_smem(STAGED, 16) in around and all(valid(BIG, v) for v in around)
+    assert {v.local_size for v in around if v.smem} >= {256, 1024}
+    every = space(BIG)
+    assert STAGED in every and all(valid(BIG, v) for v in every)
+    assert not valid(matmul_kernel(64, 64, 16), replace_smem(STAGED, 32))  # a tile deeper than the reduce
+    assert not valid(BIG, Variant(local_size=256, upcast=4, tile=8, unroll=8, smem=4))  # unroll past the tile
+
+
+def replace_smem(v: Variant, depth: int) -> Variant:
+    return Variant(v.local_size, v.upcast, v.tile, v.unroll, v.group, depth)
+
+
+def test_cost_model_prefers_staged_operands():
+    registers = Variant(local_size=64, upcast=8, tile=8, unroll=2)  # the best before smem on the H200
+    staged, _ = load_instructions(BIG, STAGED)
+    unstaged, _ = load_instructions(BIG, Variant(local_size=512, upcast=4, tile=8, unroll=4))
+    assert staged < unstaged / 1.5 and staged < load_instructions(BIG, registers)[0]
+    gpu = fake_gpu()
+    assert math.isfinite(predict(BIG, gpu, STAGED)) and predict(BIG, gpu, STAGED) <= predict(BIG, gpu, registers)
+    assert variant_error(BIG, suggest(BIG, gpu)) is None
+
+
+def test_staged_results_round_trip():
+    trial = Trial(STAGED, "ok", 4.6e-3, 2e-3, times=(4.6e-3,))
+    result = TuneResult("k", "d", (trial,), STAGED, 4.6e-3, 1.0)
+    back = TuneResult.from_json("k", "d", result.to_json(), "hit")
+    assert back.best == STAGED and back.trials[0].variant.smem == 32
