@@ -164,6 +164,7 @@ class ExplorerApp(App):
         self.sub_title = f"{name}: {len(self.program.nodes)} nodes, {len(self.prims.nodes)} primitives"
         first = self.program.inputs[0].name if self.program.inputs else self.program.nodes[0].id
         self.query_one(TensorDetail).show(first)
+        self.query_one(ClassesTable).follow = self._class_highlighted
         self._refresh()
         self.compile()
 
@@ -394,10 +395,10 @@ class ExplorerApp(App):
     def _show_row(self, event: LineTable.Highlighted) -> None:
         self.query_one(TensorDetail).show(event.key)  # type: ignore[arg-type]
 
-    @on(LineTable.Highlighted, "#classes")
-    def _class_highlighted(self, event: LineTable.Highlighted) -> None:
-        if event.key != self.selected:
-            self.selected = event.key  # type: ignore[assignment]
+    def _class_highlighted(self, cid: ClassId) -> None:
+        """The classes table's cursor moved (called within the move, so the detail is painted with it)."""
+        if cid != self.selected:
+            self.selected = cid
             self._show_detail()
 
     @on(LineTable.Selected, "#classes")

@@ -38,8 +38,7 @@ def _output_class(app: ExplorerApp) -> int:
 
 
 def _form_index(app: ExplorerApp, node: int) -> int:
-    forms = app.query_one(ClassDetail).forms
-    return next(i for i in range(forms.option_count) if forms.get_option_at_index(i).id == f"form-{node}")
+    return app.query_one(ClassDetail).forms.index_of(("form", node))
 
 
 class TestProgramPane:
@@ -164,11 +163,10 @@ class TestClassDetail:
             assert f"c{out}" in head and "chosen" in head and "output y" in head
             assert detail.chosen and detail.chosen <= set(app.session.compilation.egraph.eclass(out).nodes)
             forms = detail.forms
-            child = next(i for i in range(forms.option_count) if (forms.get_option_at_index(i).id or "")
-                         .startswith("child-"))
+            child = next(i for i in range(forms.row_count) if forms.key_at(i)[0] == "child")
             forms.focus()
-            forms.highlighted = child
-            target = int(forms.get_option_at_index(child).id[6:])
+            forms.cursor = child
+            target = forms.key_at(child)[1]
             await pilot.press("enter")
             assert app.selected == target and app.history == [*before, out]
             await pilot.press("backspace")
@@ -185,14 +183,14 @@ class TestClassDetail:
             eg = app.session.compilation.egraph
             structural = next(n for n in eg.eclass(out).nodes if eg.node(n).op not in ("kernel", "to_device"))
             detail.forms.focus()
-            detail.forms.highlighted = _form_index(app, structural)
+            detail.forms.cursor = _form_index(app, structural)
             await pilot.press("enter")
             assert detail.explanation.startswith("why n") and f"n{structural}" in detail.explanation
             await pilot.press("m")
             assert detail.marked == structural
             other = next(n for n in eg.eclass(out).nodes if eg.node(n).op not in ("kernel", "to_device")
                          and n != structural)
-            detail.forms.highlighted = _form_index(app, other)
+            detail.forms.cursor = _form_index(app, other)
             await pilot.press("x")
             assert f"why n{structural} = n{other}" in detail.explanation
 
@@ -279,15 +277,14 @@ class TestPins:
             await pilot.pause()
             detail = app.query_one(ClassDetail)
             detail.forms.focus()
-            detail.forms.highlighted = _form_index(app, slow)
+            detail.forms.cursor = _form_index(app, slow)
             await pilot.press("p")
             assert app.session.pins == {out: slow}
             whatif = app.session.whatif
             assert whatif.extraction.choices[(out, "host")].node == slow
             assert whatif.plan.predicted > c.plan.predicted and math.isfinite(whatif.plan.predicted)
             assert c.extraction.choices[(out, "host")].node == chosen  # the real compilation is untouched
-            assert slow in detail.chosen and "📌" in str(detail.forms.get_option_at_index(_form_index(app, slow))
-                                                         .prompt)
+            assert slow in detail.chosen and "📌" in detail.forms.text_at(_form_index(app, slow)).plain
             assert any("What-if" in (n.title or "") for n in app._notifications)
             await pilot.press("u")
             assert app.session.pins == {} and app.session.whatif is None and chosen in detail.chosen
@@ -304,14 +301,14 @@ class TestPins:
             await pilot.pause()
             detail = app.query_one(ClassDetail)
             detail.forms.focus()
-            detail.forms.highlighted = _form_index(app, numpy_kernel)
+            detail.forms.cursor = _form_index(app, numpy_kernel)
             await pilot.press("d")
             assert app.session.pins == {out: "numpy"}
             chosen = app.session.whatif.extraction.choices[(out, "host")].node
             assert c.egraph.node(chosen).param.device == "numpy"
             await pilot.press("u")
             transfer = next(n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "to_device")
-            detail.forms.highlighted = _form_index(app, transfer)
+            detail.forms.cursor = _form_index(app, transfer)
             await pilot.press("p")  # a transfer cannot be pinned: refused with a notification
             assert app.session.pins == {}
             assert any(n.severity == "error" for n in app._notifications)

@@ -10,8 +10,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
-from textual.widgets import OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Static
 
 from engine.egraph import explain, format_explanation
 from engine.egraph.egraph import ClassId, EGraph, NodeId
@@ -19,6 +18,7 @@ from engine.extract import Extraction
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Kernelization
 from zyx_explorer.model import seconds_text, shape_text
+from zyx_explorer.widgets.text_list import TextList
 
 
 def kernel_pools(eg: EGraph, extraction: Extraction | None) -> dict[KernelNode, str]:
@@ -52,8 +52,19 @@ def form_cost(eg: EGraph, n: NodeId, extraction: Extraction | None, times: Mappi
     return own + sum(inputs)
 
 
+def _update_in_place(static: Static, text: Text) -> None:
+    """Show ``text`` in ``static``, laying the screen out again only when its height changes (a relayout
+    repaints every widget: it is what makes a key on a big e-graph slow)."""
+    width = static.content_region.width
+    lines = len(text.wrap(static.app.console, width)) if width and text.plain else 0
+    static.update(text, layout=lines != getattr(static, "_zyx_lines", -1))
+    static._zyx_lines = lines  # type: ignore[attr-defined]
+
+
 class ClassDetail(Vertical):
-    """Header (shape, chosen form and why), an option per form and per child class, and an explanation."""
+    """Header (shape, chosen form and why), a line per form and per child class, and an explanation.
+
+    The forms' keys are ``("form", node)`` and ``("child", class)``."""
 
     class Follow(Message):
         """Enter on a child link."""
@@ -78,30 +89,28 @@ class ClassDetail(Vertical):
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-head")
-        yield OptionList(id="forms")
+        yield TextList(id="forms")
         yield Static(id="explain")
 
     @property
-    def forms(self) -> OptionList:
-        return self.query_one("#forms", OptionList)
+    def forms(self) -> TextList:
+        return self.query_one("#forms", TextList)
 
     def highlighted_form(self) -> NodeId | None:
-        option = self.forms.highlighted_option
-        if option is not None and option.id and option.id.startswith("form-"):
-            return int(option.id[5:])
-        return None
+        key = self.forms.current_key
+        return key[1] if isinstance(key, tuple) and key[0] == "form" else None
 
     def clear(self, message: str) -> None:
         self.egraph, self.cid = None, None
-        self.query_one("#detail-head", Static).update(Text(message, "dim"))
-        self.forms.clear_options()
-        self.query_one("#explain", Static).update("")
+        self.query_one("#detail-head", Static).update(Text(message, "dim"), layout=False)
+        self.forms.set_items([])
+        _update_in_place(self.query_one("#explain", Static), Text(""))
 
     def show(self, eg: EGraph, cid: ClassId, extraction: Extraction | None, times: Mapping[KernelNode, float],
              kz: Kernelization | None, pins: Mapping[ClassId, object]) -> None:
         """Render class ``cid`` of ``eg``."""
         same = self.egraph is eg and self.cid == eg.find(cid)
-        keep = self.forms.highlighted if same else None
+        keep = self.forms.cursor if same else 0
         cid = eg.find(cid)
         self.egraph, self.cid = eg, cid
         if not same:
@@ -128,25 +137,16 @@ class ClassDetail(Vertical):
             head.append(f", 📌 pinned to {pins[cid]}", "bold magenta")
         head.append("\n")
         head.append_text(self._why(eg, choices, costs))
-        self.query_one("#detail-head", Static).update(head)
-        options: list[Option | None] = []
-        for n in cls.nodes:
-            options.append(Option(self._form_text(eg, n, cid, costs, times, kz, roots, pins), id=f"form-{n}"))
-        children = dict.fromkeys(ch for n in cls.nodes for ch in eg.node(n).children if ch != cid)
-        if children:
-            options.append(None)
-        for ch in children:
+        self.query_one("#detail-head", Static).update(head, layout=False)  # fixed height: no relayout per key
+        items: list[tuple[tuple[str, int], Text]] = [
+            (("form", n), self._form_text(eg, n, cid, costs, times, kz, roots, pins)) for n in cls.nodes]
+        for ch in dict.fromkeys(ch for n in cls.nodes for ch in eg.node(n).children if ch != cid):
             child = eg.eclass(ch)
-            options.append(Option(Text.assemble(("→ ", "bold cyan"), (f"c{ch}", "underline cyan"),
-                                                f" {shape_text(child.shape)} {child.dtype}, {len(child.nodes)} forms"),
-                                  id=f"child-{ch}"))
-        self.forms.clear_options()
-        self.forms.add_options(options)
-        if keep is not None and keep < self.forms.option_count:
-            self.forms.highlighted = keep
-        elif self.forms.option_count:
-            self.forms.highlighted = 0
-        self.query_one("#explain", Static).update(self.explanation)
+            items.append((("child", ch), Text.assemble(
+                ("→ ", "bold cyan"), (f"c{ch}", "underline cyan"),
+                f" {shape_text(child.shape)} {child.dtype}, {len(child.nodes)} forms")))
+        self.forms.set_items(items, keep)
+        _update_in_place(self.query_one("#explain", Static), Text(self.explanation))
 
     def _why(self, eg: EGraph, choices: Mapping, costs: Mapping[NodeId, float | None]) -> Text:
         if not choices:
@@ -193,22 +193,22 @@ class ClassDetail(Vertical):
             steps = explain(eg, a, b)
             text = f"why n{a} = n{b} ({len(steps)} steps):\n" + "\n".join(format_explanation(eg, steps))
         self.explanation = text
-        self.query_one("#explain", Static).update(Text(text))
+        _update_in_place(self.query_one("#explain", Static), Text(text))
         return text
 
-    @on(OptionList.OptionSelected, "#forms")
-    def _selected(self, event: OptionList.OptionSelected) -> None:
+    @on(TextList.Selected, "#forms")
+    def _selected(self, event: TextList.Selected) -> None:
         event.stop()
-        oid = event.option.id or ""
-        if oid.startswith("child-"):
-            self.post_message(self.Follow(int(oid[6:])))
-        elif oid.startswith("form-") and self.cid is not None:
-            n = int(oid[5:])
+        kind, ident = event.key  # type: ignore[misc]
+        if kind == "child":
+            self.post_message(self.Follow(ident))
+        elif self.cid is not None:
+            n = ident
             other = self.marked if self.marked is not None else min(self.chosen, default=self.egraph.eclass(n).nodes[0])
             self.explain_forms(other, n)
 
-    @on(OptionList.OptionHighlighted, "#forms")
-    def _highlighted(self, event: OptionList.OptionHighlighted) -> None:
+    @on(TextList.Highlighted, "#forms")
+    def _highlighted(self, event: TextList.Highlighted) -> None:
         event.stop()
         n = self.highlighted_form()
         if n is not None:

@@ -1,4 +1,4 @@
-"""A virtualised table: a ScrollView that draws only the visible rows (``render_line``), for 100k-row panes."""
+"""A virtualised table: fixed columns, drawing only the visible rows (``render_line``), for 100k-row panes."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
-from textual import events
-from textual.binding import Binding
-from textual.geometry import Region, Size
-from textual.message import Message
-from textual.reactive import reactive
-from textual.scroll_view import ScrollView
+from textual.geometry import Region
 from textual.strip import Strip
+
+from zyx_explorer.widgets.cursor_view import CursorView
 
 
 @dataclass(frozen=True)
@@ -49,18 +46,10 @@ def matches(query: str, text: str) -> bool:
     return True
 
 
-class LineTable(ScrollView, can_focus=True):
-    """Fixed columns, one line per row, a row cursor; sort by a column and filter by text."""
+class LineTable(CursorView):
+    """Fixed columns under a header line, one line per row; sort by a column and filter by text."""
 
-    BINDINGS: ClassVar = [
-        Binding("up", "move(-1)", "Up", show=False),
-        Binding("down", "move(1)", "Down", show=False),
-        Binding("pageup", "page(-1)", "Page up", show=False),
-        Binding("pagedown", "page(1)", "Page down", show=False),
-        Binding("home", "jump(0)", "First", show=False),
-        Binding("end", "jump(-1)", "Last", show=False),
-        Binding("enter", "select", "Select", show=False),
-    ]
+    HEADER = 1
     COMPONENT_CLASSES: ClassVar = {"line-table--header", "line-table--cursor"}
     DEFAULT_CSS = """
     LineTable { height: 1fr; }
@@ -68,20 +57,6 @@ class LineTable(ScrollView, can_focus=True):
     LineTable > .line-table--cursor { background: $accent 40%; }
     LineTable:focus > .line-table--cursor { background: $accent; color: $text; }
     """
-
-    cursor: reactive[int] = reactive(0, always_update=True)
-
-    class Highlighted(Message):
-        def __init__(self, table: LineTable, key: Hashable) -> None:
-            super().__init__()
-            self.table, self.key = table, key
-
-        @property
-        def control(self) -> LineTable:
-            return self.table
-
-    class Selected(Highlighted):
-        """Enter (or a double click) on a row."""
 
     def __init__(self, columns: Sequence[Column], **kwargs) -> None:
         super().__init__(**kwargs)
@@ -94,8 +69,6 @@ class LineTable(ScrollView, can_focus=True):
         self._lines: dict[int, str] = {}
         """Formatted text of the shown rows, by index (cleared when rows, filter, sort or columns change)."""
         self._base = self._header = self._cursor = Style()
-        self._drawn = 0
-        """The cursor row last drawn (only it and the new one are redrawn when the view does not scroll)."""
 
     # -- data ------------------------------------------------------------------------------
 
@@ -121,22 +94,20 @@ class LineTable(ScrollView, can_focus=True):
             rows = sorted(rows, key=lambda r: r.sort[i] if r.sort else r.cells[i])
         self.shown = list(rows)
         self._lines.clear()
-        self.virtual_size = Size(self._line_width, len(self.shown) + 1)
+        self.set_extent()
         index = next((i for i, r in enumerate(self.shown) if r.key == keep), 0) if keep is not None else 0
         self.cursor = index
         self.refresh()
 
-    @property
-    def _line_width(self) -> int:
+    def canvas_width(self) -> int:
         return sum(c.width + 1 for c in self.columns)
-
-    @property
-    def current_key(self) -> Hashable | None:
-        return self.shown[self.cursor].key if 0 <= self.cursor < len(self.shown) else None
 
     @property
     def row_count(self) -> int:
         return len(self.shown)
+
+    def key_at(self, index: int) -> Hashable:
+        return self.shown[index].key
 
     def move_to(self, key: Hashable) -> bool:
         """Put the cursor on the row of ``key``; False if it is not shown."""
@@ -145,49 +116,6 @@ class LineTable(ScrollView, can_focus=True):
                 self.cursor = i
                 return True
         return False
-
-    # -- cursor ----------------------------------------------------------------------------
-
-    def validate_cursor(self, value: int) -> int:
-        return max(0, min(value, len(self.shown) - 1)) if self.shown else 0
-
-    def watch_cursor(self, value: int) -> None:
-        body = max(1, self.size.height - 1)
-        top = round(self.scroll_y)
-        if value < top:
-            self.scroll_to(y=value, animate=False, immediate=True)
-        elif value >= top + body:
-            self.scroll_to(y=value - body + 1, animate=False, immediate=True)
-        if round(self.scroll_y) == top:
-            for index in {self._drawn, value}:
-                self.refresh(Region(0, index - top + 1, self.size.width, 1))
-        else:
-            self.refresh()
-        self._drawn = value
-        if self.shown:
-            self.post_message(self.Highlighted(self, self.shown[value].key))
-
-    def action_move(self, delta: int) -> None:
-        self.cursor += delta
-
-    def action_page(self, direction: int) -> None:
-        self.cursor += direction * max(1, self.size.height - 2)
-
-    def action_jump(self, index: int) -> None:
-        self.cursor = index if index >= 0 else len(self.shown) - 1
-
-    def action_select(self) -> None:
-        if self.shown:
-            self.post_message(self.Selected(self, self.shown[self.cursor].key))
-
-    def on_click(self, event: events.Click) -> None:
-        if event.y == 0:
-            return
-        index = round(self.scroll_y) + event.y - 1
-        if 0 <= index < len(self.shown):
-            self.cursor = index
-            if event.chain > 1:
-                self.action_select()
 
     # -- drawing ---------------------------------------------------------------------------
 
