@@ -261,7 +261,7 @@ class ExplorerApp(App):
                 table.set_rows([])
             else:
                 keep = eg.find(self.selected) if self.selected is not None and self.selected < eg.num_added else None
-                table.set_rows(model.class_rows(eg, extraction, s.pins), keep=keep)
+                table.set_rows(s.class_rows(eg, extraction), keep=keep)
                 if self.selected is None:
                     self.selected = table.current_key  # type: ignore[assignment]
         self._show_detail()

@@ -75,6 +75,7 @@ class Session:
     """The compilation re-extracted under ``pins`` (None when nothing is pinned)."""
     failed: str | None = None
     _iterations: dict[int, EGraph] = field(default_factory=dict)
+    _class_rows: dict[tuple[int, int], tuple[EGraph, Extraction | None, list[Row]]] = field(default_factory=dict)
 
     def record(self, c: Compilation, seconds: float) -> None:
         """Called in the worker thread right after stage ``c.stage``: keep what later stages will change."""
@@ -85,6 +86,19 @@ class Session:
             self.graphs["saturated"] = c.egraph.prefix(c.egraph.num_added, len(c.egraph.unions))
         self.seconds[c.stage] = seconds
         self.done.append(c.stage)
+        eg = self.egraph(c.stage)
+        if eg is not None:  # built here, in the worker, so that the UI thread finds them ready
+            self.class_rows(eg, self.extraction(c.stage))
+
+    def class_rows(self, eg: EGraph, extraction: Extraction | None) -> list[Row]:
+        """``class_rows`` under the pins; without pins built once per (e-graph, extraction): 8,000 classes take
+        ~150 ms, which would otherwise stall the UI each time a stage lands."""
+        if self.pins:
+            return class_rows(eg, extraction, self.pins)
+        hit = self._class_rows.get((id(eg), id(extraction)))
+        if hit is None or hit[0] is not eg or hit[1] is not extraction:
+            hit = self._class_rows[(id(eg), id(extraction))] = (eg, extraction, class_rows(eg, extraction))
+        return hit[2]
 
     # -- what a stage shows ----------------------------------------------------------------
 
