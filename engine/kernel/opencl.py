@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -625,7 +626,7 @@ class _Emitter:
                 self.lines.append(f"{indent}{target}{lane} = {self.combine(red, f'{target}{lane}', self.names[b])};")
         return scoped
 
-    def accumulate(self, v: Var, per_trip: int, lanes_n: int, indent: str, body) -> None:
+    def accumulate(self, v: Var, per_trip: int, lanes_n: int, indent: str, body: Callable[[str, str], None]) -> None:
         """A loop over ``v`` whose ``body(indent, target)`` adds ``per_trip`` terms per lane into ``target<lane>``.
 
         A float sum of more than ``SUM_BLOCK`` terms runs the loop in blocks of ``SUM_BLOCK // per_trip`` trips,
