@@ -11,6 +11,8 @@ from engine.kernel.attach import KernelNode
 from engine.pipeline import STAGES, Options, compile_stages
 from engine.program.dtypes import DType
 from engine.tuning import FAILED, OK, WRONG, Trial, TuneResult
+from textual.widget import Widget
+
 from tests.ui.conftest import compiled, plain
 from zyx_explorer import app as app_module
 from zyx_explorer import model
@@ -171,6 +173,35 @@ class TestClassDetail:
             assert app.selected == target and app.history == [*before, out]
             await pilot.press("backspace")
             assert app.selected == out and app.history == before
+
+    async def test_a_cursor_move_redraws_the_detail_within_the_move_and_lays_nothing_out(self, app_factory,
+                                                                                       monkeypatch):
+        """What keeps keys fast on big e-graphs: the detail follows the cursor before the next frame, and neither
+        the table nor the detail asks for a relayout (which repaints the whole screen)."""
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("2")
+            await pilot.pause()
+            table, detail = app.query_one(ClassesTable), app.query_one(ClassDetail)
+            eg = app.shown_egraph()
+            layouts: list[str] = []
+            refresh = Widget.refresh
+
+            def spy(widget, *regions, layout=False, **kwargs):
+                if layout:
+                    layouts.append(f"{type(widget).__name__}#{widget.id}")
+                return refresh(widget, *regions, layout=layout, **kwargs)
+
+            monkeypatch.setattr(Widget, "refresh", spy)
+            for _ in range(6):
+                table.action_move(1)
+                assert detail.cid == eg.find(table.current_key)  # no message round trip, no frame in between
+                await pilot.pause()
+            table.action_jump(-1)
+            assert detail.cid == eg.find(table.current_key)
+            await pilot.pause()
+            assert layouts == []
 
     async def test_enter_on_a_form_explains_it_against_the_chosen_one(self, app_factory):
         app = app_factory()
