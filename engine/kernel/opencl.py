@@ -644,7 +644,7 @@ class _Emitter:
         self.lines.append(f"{indent}for ({self.itype} {c} = 0; {c} < {v.size}; {c} += {trips}) {{")
         inner = indent + "  "
         self.lines += [f"{inner}{t} zp{lane} = {self.init(red)};" for lane in range(lanes_n)]
-        end = f"{c} + {trips}" if v.size % trips == 0 else f"min({c} + {self.ilit(trips)}, {self.ilit(v.size)})"
+        end = f"{c} + {trips}" if v.size % trips == 0 else f"({c} + {trips} < {v.size} ? {c} + {trips} : {v.size})"
         body(self.loop(v, inner, start=c, stop=end), "zp")
         self.lines.append(f"{inner}}}")
         self.lines += [f"{inner}acc{lane} = {self.combine(red, f'acc{lane}', f'zp{lane}')};" for lane in range(lanes_n)]

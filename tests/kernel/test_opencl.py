@@ -764,6 +764,9 @@ def test_blocked_sums_meet_the_f32_tolerance(device):
         assert np.all(np.abs(got - exact) <= atol + rtol * exact), (v, got.ravel()[0] - exact)
         assert np.all(np.abs(got - exact) <= opencl.SUM_BLOCK * 2.0**-24), v  # the first block's terms at most
     assert "zp0 = 0.0f" in generate(kernel) and "zp0" not in generate(matmul_kernel(4, 4, 4096, dtype=I32))
+    ragged = matmul_kernel(5, 6, 1000)  # blocks that do not divide the loop, a remainder past the last tile
+    assert "? r0b + 21 : 333)" in generate(ragged, Variant(unroll=3))
+    assert check_variants(device, ragged, [*BLOCKED, Variant(unroll=3)]) == len(BLOCKED) + 1
 
 
 def test_sequential_sums_miss_the_f32_tolerance(device, monkeypatch):
