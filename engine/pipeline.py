@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.devices.base import DEFAULT_VARIANT, HOST, Device, Variant
+from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
 from engine.extract import EXTRACTORS, Extraction, Pin
 from engine.kernel.attach import Attached, KernelNode, attach
@@ -29,6 +29,7 @@ from engine.plan import ExecPlan, Execution, Launch, StepError, build_plan, exec
 from engine.program.program import Program
 from engine.program.reference import evaluate
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, predict, suggest
+from engine.tuning.links import Link, LinkCache, measured_links, transfer_time
 from engine.tuning.search import lost
 
 STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
@@ -101,6 +102,8 @@ class Compilation:
     tuning: dict[KernelNode, TuneResult] = field(default_factory=dict)
     """The tuning result of every kernel node that was timed."""
     extractor: str = "dag"
+    links: dict[str, Link] = field(default_factory=dict)
+    """Measured host<->pool copy costs by pool (from ``tuned`` on, when tuning); nominal ones where absent."""
     problems: list[str] = field(default_factory=list)
     """What went wrong but was worked around (a device failing, a kernel no variant could run), one line each."""
     extraction: Extraction | None = None
@@ -121,15 +124,14 @@ class Compilation:
     def device_pools(self) -> dict[str, str]:
         return {d.name: d.pool for d in self.devices}
 
+    def transfer_time(self) -> Callable[[int, str, str], float]:
+        """Seconds to copy ``nbytes`` from pool ``src`` to ``dst``: measured links, else nominal estimates."""
+        return transfer_time(self.devices, self.links)
+
 
 def transfer_estimate(devices: Sequence[Device]) -> Callable[[int, str, str], float]:
-    """Estimated seconds to copy ``nbytes`` from one pool to another (through the host)."""
-    by_pool = {d.pool: d for d in devices}
-
-    def seconds(nbytes: int, src: str, dst: str) -> float:
-        return sum(by_pool[p].transfer_estimate(nbytes) for p in (src, dst) if p != HOST)
-
-    return seconds
+    """Nominal seconds to copy ``nbytes`` from one pool to another (through the host)."""
+    return transfer_time(devices, {})
 
 
 def compile_program(program: Program, devices: Sequence[Device], options: Options = Options()) -> Compilation:
@@ -166,6 +168,7 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
     c.extractor = options.extractor
     settled = None
     if options.tune:
+        c.links = measured_links(devices, LinkCache() if options.tune_cache else None)
         tuner = Tuner(budget=options.tune_budget, use_cache=options.tune_cache, progress=progress, cancel=cancel)
         settled = tune_plan(c, tuner, options.tune_rounds)
     else:
@@ -246,10 +249,10 @@ def _avoid(c: Compilation, device: str, why: str, kernel: Kernel | None = None) 
 def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     """(Re-)extract the plan of a kernelized compilation from its kernel times, under ``pins``."""
     assert c.egraph is not None and c.kernelization is not None
-    transfer_time = transfer_estimate(c.devices)
+    copy_time = c.transfer_time()
     kernel_time = c.kernel_times.__getitem__
-    c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, transfer_time, pins=pins)
-    c.plan = build_plan(c.extraction, c.kernelization, kernel_time, transfer_time,
+    c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins)
+    c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
                         lambda kn: c.variants.get(kn, DEFAULT_VARIANT))
 
 

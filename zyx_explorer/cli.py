@@ -426,7 +426,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     from engine.devices import discover
     from engine.fileio import write_atomic
     from engine.interop import egraph_document, problem_document
-    from engine.pipeline import compile_stages, transfer_estimate
+    from engine.pipeline import compile_stages
 
     if args.output.exists() and not args.force:
         err.print(f"[bold red]error[/bold red]: {args.output} exists; use --force to replace it")
@@ -442,7 +442,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
         egraph = c.egraph.prefix(*c.lowered) if args.stage == "egraph" else c.egraph
         doc = egraph_document(egraph)
     else:
-        doc = problem_document(c.egraph, c.device_pools, c.kernel_times.__getitem__, transfer_estimate(c.devices))
+        doc = problem_document(c.egraph, c.device_pools, c.kernel_times.__getitem__, c.transfer_time())
     write_atomic(args.output, json.dumps(doc, indent=1, allow_nan=False))
     console.print(f"[green]wrote[/green] {args.output}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
     return 0

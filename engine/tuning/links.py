@@ -1,0 +1,124 @@
+"""Measured copy costs between the host and each device's memory pool: what a ``to_device`` node costs.
+
+A device with a pool of its own has round trips (upload, then download) timed at a small and a large size,
+the median of a few after a warm-up; the line through the two points gives a fixed cost per copy and a
+bandwidth, half of each round trip counted per direction.  The fits are kept per device and driver in
+``links.json`` beside the tuning cache, so a machine measures each device once; an unreadable file is
+reported (``CacheWarning``) and measured again.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from engine.devices.base import HOST, Device
+from engine.fileio import write_atomic
+from engine.kernel.ir import Buffer
+from engine.program.dtypes import DType
+from engine.tuning.cache import CacheWarning, default_dir, driver
+
+SIZES = (1 << 12, 1 << 24)
+"""Bytes of the two round trips timed (4 KiB: the fixed cost; 16 MiB: the bandwidth)."""
+REPEATS = 5
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of the copy between the host and a device's pool."""
+
+    overhead: float
+    """Seconds each copy costs whatever its size."""
+    bandwidth: float
+    """Bytes per second beyond that."""
+
+    def seconds(self, nbytes: int) -> float:
+        return self.overhead + nbytes / self.bandwidth
+
+
+def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> Link:
+    """Time round trips of ``sizes`` bytes through ``device``'s pool and fit a ``Link`` to them."""
+    halves = []
+    for nbytes in sizes:
+        array = np.arange(nbytes // 4, dtype=np.float32)
+        buffer = Buffer(array.shape, DType.F32)
+        times = []
+        for _ in range(repeats + 1):  # the first is a warm-up
+            start = time.perf_counter()
+            handle = device.upload(array)
+            back = device.download(handle, buffer)
+            times.append(time.perf_counter() - start)
+            device.free(handle)
+        if not np.array_equal(back, array):
+            raise RuntimeError(f"{device.name}: a round trip of {nbytes} bytes changed the data")
+        halves.append(statistics.median(times[1:]) / 2)
+    (small, t_small), (large, t_large) = (sizes[0], halves[0]), (sizes[-1], halves[-1])
+    per_byte = max((t_large - t_small) / (large - small), 1e-15)
+    return Link(max(t_small - small * per_byte, 0.0), 1 / per_byte)
+
+
+class LinkCache:
+    """Measured links by device name and driver, read once from ``links.json`` and rewritten on each new one."""
+
+    def __init__(self, directory: Path | str | None = None) -> None:
+        self.path = Path(directory if directory is not None else default_dir()) / "links.json"
+        self._links: dict[str, dict[str, float]] | None = None
+
+    def _read(self) -> dict[str, dict[str, float]]:
+        try:
+            data = json.loads(self.path.read_text())
+            links = data["links"]
+            if not isinstance(links, dict):
+                raise ValueError("'links' is not an object")
+            return {k: v for k, v in links.items()
+                    if isinstance(v, dict) and all(isinstance(v.get(f), (int, float)) for f in ("overhead", "bandwidth"))}
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            warnings.warn(CacheWarning(f"transfer cache {self.path} is unreadable ({e}); measuring again"), stacklevel=3)
+            return {}
+
+    def link(self, device: Device) -> Link:
+        """``device``'s measured link, measuring (and storing) it the first time."""
+        if self._links is None:
+            self._links = self._read()
+        key = f"{device.name}|{driver(device)}"
+        entry = self._links.get(key)
+        if entry is not None and entry["bandwidth"] > 0:
+            return Link(float(entry["overhead"]), float(entry["bandwidth"]))
+        link = measure(device)
+        self._links[key] = {"overhead": link.overhead, "bandwidth": link.bandwidth}
+        try:
+            write_atomic(self.path, json.dumps({"format": 1, "links": self._links}, indent=1, sort_keys=True))
+        except OSError as e:
+            warnings.warn(CacheWarning(f"transfer cache {self.path} cannot be written ({e}); kept in memory"),
+                          stacklevel=2)
+        return link
+
+
+def measured_links(devices: Sequence[Device], cache: LinkCache | None = None) -> dict[str, Link]:
+    """The link of every device that has a pool of its own, by pool."""
+    cache = cache or LinkCache()
+    return {d.pool: cache.link(d) for d in devices if d.pool != HOST}
+
+
+def transfer_time(devices: Sequence[Device], links: Mapping[str, Link]) -> Callable[[int, str, str], float]:
+    """Seconds to copy ``nbytes`` from pool ``src`` to pool ``dst`` (through the host): measured links where
+    known, else the devices' nominal ``transfer_estimate``."""
+    by_pool = {d.pool: d for d in devices}
+
+    def one_way(nbytes: int, pool: str) -> float:
+        link = links.get(pool)
+        return link.seconds(nbytes) if link is not None else by_pool[pool].transfer_estimate(nbytes)
+
+    def seconds(nbytes: int, src: str, dst: str) -> float:
+        return sum(one_way(nbytes, p) for p in (src, dst) if p != HOST)
+
+    return seconds

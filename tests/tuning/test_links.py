@@ -1,0 +1,84 @@
+"""Measured copy costs between the host and an OpenCL pool: the fit, its cache, and their use in extraction."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+
+import pytest
+
+from engine import Init, Tensor, from_tensors
+from engine.devices import NumpyDevice
+from engine.devices.opencl import discover
+from engine.pipeline import Options, compile_program, transfer_estimate
+from engine.plan import Copy
+from engine.tuning import Budget, links
+from engine.tuning.cache import CacheWarning
+from engine.tuning.links import Link, LinkCache, measure, transfer_time
+
+CPU_OPENCL = [d for d in discover() if not d.is_gpu][:1]
+needs_opencl = pytest.mark.skipif(not CPU_OPENCL, reason="no OpenCL CPU device (install pocl-opencl-icd)")
+
+
+def test_a_link_costs_its_overhead_plus_bytes_over_bandwidth():
+    link = Link(overhead=1e-5, bandwidth=1e9)
+    assert link.seconds(0) == 1e-5 and link.seconds(10**9) == pytest.approx(1 + 1e-5)
+
+
+@needs_opencl
+def test_transfer_time_uses_measured_links_through_the_host_and_nominal_ones_elsewhere():
+    device = CPU_OPENCL[0]
+    nominal = transfer_estimate([NumpyDevice(), device])
+    measured = transfer_time([NumpyDevice(), device], {device.pool: Link(1e-3, 1e6)})
+    assert measured(10**6, "host", device.pool) == pytest.approx(1e-3 + 1.0)
+    assert measured(10**6, device.pool, "host") == measured(10**6, "host", device.pool)
+    assert measured(10**6, "host", "host") == 0.0 == nominal(10**6, "host", "host")
+    assert nominal(10**6, "host", device.pool) == device.transfer_estimate(10**6)
+
+
+@needs_opencl
+def test_measure_fits_a_positive_overhead_and_bandwidth_on_a_real_device():
+    link = measure(CPU_OPENCL[0], sizes=(1 << 12, 1 << 22), repeats=3)
+    assert link.overhead >= 0 and math.isfinite(link.bandwidth) and link.bandwidth > 1e6
+    assert link.seconds(1 << 22) > link.seconds(1 << 12)
+
+
+@needs_opencl
+def test_a_link_is_measured_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    device = CPU_OPENCL[0]
+    first = LinkCache(tmp_path).link(device)
+    stored = json.loads((tmp_path / "links.json").read_text())["links"]
+    assert [k.split("|")[0] for k in stored] == [device.name]
+
+    def must_not_measure(*args, **kwargs):
+        raise AssertionError("measured again despite the cache")
+
+    monkeypatch.setattr(links, "measure", must_not_measure)
+    assert LinkCache(tmp_path).link(device) == first
+
+
+@needs_opencl
+def test_an_unreadable_cache_is_reported_and_measured_again(tmp_path):
+    (tmp_path / "links.json").write_text("{not json")
+    with pytest.warns(CacheWarning, match="unreadable"):
+        link = LinkCache(tmp_path).link(CPU_OPENCL[0])
+    assert link.bandwidth > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)  # rewritten whole: read back without a warning
+        assert LinkCache(tmp_path).link(CPU_OPENCL[0]) == link
+
+
+@needs_opencl
+def test_tuned_compilations_price_their_copies_with_the_measured_link():
+    x = Tensor.input("x", (64, 64), init=Init.normal(seed=3))
+    program = from_tensors([(x.exp() * 2).named("y")], "copy", "one kernel")
+    device = CPU_OPENCL[0]
+    c = compile_program(program, [NumpyDevice(threads=2), device], Options(tune_budget=Budget(variants=2, seconds=2.0)))
+    link = c.links[device.pool]
+    assert set(c.links) == {device.pool}
+    copies = [s for s in c.plan.steps if isinstance(s, Copy)]
+    for step in copies:
+        assert step.predicted == pytest.approx(link.seconds(step.buffer.nbytes))
+    plain = compile_program(program, [NumpyDevice(threads=2), device], Options(tune=False))
+    assert plain.links == {}
