@@ -757,14 +757,18 @@ def reduce_chunk(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
     return round_to(reduce_blocks(ws, chunk, list(itertools.product(*p.reduce_blocks))), red.dtype)
 
 
-def _contract(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
-    """A contraction's reduce over one global chunk: its factors over their spans, then ``_product``."""
+def _contract(ws: Workspace, chunk: tuple[Block, ...], window: np.ndarray | None = None) -> np.ndarray:
+    """A contraction's reduce over one global chunk: its factors over their spans, then ``_product``.
+
+    With ``window`` (the chunk's part of the output, of the reduce's dtype) the matmul writes there when the
+    layouts allow it, and the result is a view of it.
+    """
     p = ws.plan
     red = p.kernel.reduce
     assert red is not None and p.factors is not None
     frame = Frame(p.axes, chunk + tuple((0, v.size) for v in red.vars))
     vals = eval_stage(ws.body, ws.template, frame, [])
-    return round_to(_product(ws, frame, chunk, *(vals[ws.index[f]] for f in p.factors)), red.dtype)
+    return round_to(_product(ws, frame, chunk, *(vals[ws.index[f]] for f in p.factors), window), red.dtype)
 
 
 @dataclass(frozen=True)
@@ -805,11 +809,14 @@ def _recipe(p: Plan, shape: tuple[int, ...], chunk: tuple[Block, ...]) -> _Recip
     )
 
 
-def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarray, bv: np.ndarray) -> np.ndarray:
+def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarray, bv: np.ndarray,
+             window: np.ndarray | None = None) -> np.ndarray:
     """``sum(a * b)`` over ``frame``'s reduce axes from the factors' values, by ``np.matmul`` (not yet rounded).
 
     Axes both factors span are batch (global) or contracted (reduce) axes; a
-    reduce axis only one factor spans is summed there first.
+    reduce axis only one factor spans is summed there first.  The matmul writes
+    into ``window`` (the result's shape and dtype) where that is a row-major view
+    of the result's matrices, saving a temporary and a copy.
     """
     shape = frame.shape
     r = ws.recipes.get(shape)
@@ -823,10 +830,25 @@ def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarr
         if axes:
             v = np.add.reduce(v, axis=axes, keepdims=True)
         ms.append(v.transpose(perm).reshape(dims))
-    am, bm = ms
-    c = np.matmul(_blasable(am[0]), _blasable(bm[0]))[None] if am.shape[0] == 1 else np.matmul(_blasable(am), _blasable(bm))
+    am, bm = (_blasable(m) for m in ms)
+    out = _matmul_out(window, r, (am.shape[0], am.shape[1], bm.shape[2]), np.result_type(am, bm))
+    if am.shape[0] == 1:
+        c = np.matmul(am[0], bm[0], out=None if out is None else out[0])[None]
+    else:
+        c = np.matmul(am, bm, out=out)
     c = c.reshape(r.result[0]).transpose(r.result[1])
     return c if c.shape == r.result[2] else np.broadcast_to(c, r.result[2])
+
+
+def _matmul_out(window: np.ndarray | None, r: _Recipe, dims: tuple[int, int, int], dtype: np.dtype) -> np.ndarray | None:
+    """``window`` as the matmul's ``(batch, m, n)`` result, if it is a view BLAS can write (rows contiguous)."""
+    if window is None or window.dtype != dtype or math.prod(r.result[0]) != window.size:
+        return None
+    try:
+        out = window.transpose(np.argsort(r.result[1])).reshape(dims, copy=False)
+    except ValueError:
+        return None
+    return out if out.strides[-1] == out.itemsize and out.strides[-2] >= max(dims[2], 1) * out.itemsize else None
 
 
 def _blasable(x: np.ndarray) -> np.ndarray:
@@ -868,19 +890,50 @@ def _store(ws: Workspace, chunk: tuple[Block, ...], acc: np.ndarray | None) -> N
 
 
 def _run_chunks(p: Plan, chunks: Sequence[tuple[Block, ...]], flats: Sequence[np.ndarray],
-                outputs: Sequence[np.ndarray]) -> None:
+                outputs: Sequence[np.ndarray], threads: int = 1) -> None:
     ws = Workspace(p, flats, outputs)
     with np.errstate(all="ignore"):
         for chunk in chunks:
-            acc = reduce_chunk(ws, chunk) if p.kernel.reduce is not None else None
-            if acc is None or p.factors is None:
-                _store(ws, chunk, acc)
+            if p.factors is not None:
+                _contract_chunk(ws, chunk, threads)
                 continue
-            # a contraction's chunk is BLAS-sized: its epilogue runs in cache-sized pieces
-            pieces = _blocks([n for _, n in chunk], CHUNK_ELEMENTS)
-            for piece in itertools.product(*pieces):
-                where = tuple(slice(s, s + n) for s, n in piece)
-                _store(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, piece)), acc[where])
+            _store(ws, chunk, reduce_chunk(ws, chunk) if p.kernel.reduce is not None else None)
+
+
+def _contract_chunk(ws: Workspace, chunk: tuple[Block, ...], threads: int) -> None:
+    """A contraction over one global chunk: the matmul (into the output where it can), then the epilogue.
+
+    A contraction's chunk is BLAS-sized: its epilogue runs in cache-sized pieces, on ``threads`` threads; it
+    is skipped when the matmul wrote the output itself.  A single-output epilogue runs in place over the
+    matmul's result unless its last node is a ``Where`` writing the output (whose first copy would overwrite
+    the reduce values it reads); every other node reads a point's values before its output is written.
+    """
+    p = ws.plan
+    red = p.kernel.reduce
+    assert red is not None
+    (last, *more) = p.kernel.outputs
+    window = None
+    if not more and ws.outputs[0].dtype == red.dtype.numpy and not (isinstance(last, Where) and p.slots.get(last) == -1):
+        window = _window(ws.outputs[0], chunk, tuple(n for _, n in chunk) + (1,) * len(red.vars))
+    acc = _contract(ws, chunk, window)
+    if last == Acc(red.dtype) and window is not None and np.may_share_memory(acc, window):
+        return
+    pieces = list(itertools.product(*_blocks([n for _, n in chunk], CHUNK_ELEMENTS)))
+    parts = _split(pieces, threads)
+    if len(parts) == 1:
+        _epilogue(ws, chunk, acc, pieces)
+        return
+    with ThreadPoolExecutor(len(parts)) as pool:
+        for f in [pool.submit(_epilogue, Workspace(p, ws.flats, ws.outputs), chunk, acc, part) for part in parts]:
+            f.result()
+
+
+def _epilogue(ws: Workspace, chunk: tuple[Block, ...], acc: np.ndarray, pieces: Sequence[tuple[Block, ...]]) -> None:
+    """Store the outputs of the contraction ``chunk`` (whose reduce values are ``acc``) over ``pieces`` of it."""
+    with np.errstate(all="ignore"):
+        for piece in pieces:
+            where = tuple(slice(s, s + n) for s, n in piece)
+            _store(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, piece)), acc[where])
 
 
 def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
@@ -936,7 +989,7 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
         with np.errstate(all="ignore"):
             _store(Workspace(p, flats, outputs), chunk, round_to(total, kernel.reduce.dtype))
     else:
-        _run_chunks(p, chunks, flats, outputs)
+        _run_chunks(p, chunks, flats, outputs, threads)
 
 
 def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = CHUNK_ELEMENTS, threads: int = 1,
