@@ -646,10 +646,7 @@ class Workspace:
         uf, pre, post = fn.ufunc, fn.pre, fn.post
         p = self.plan
         order = [a for a in range(p.ndim) if a not in span]
-        if p.factors is not None:  # a contraction's factors: reduce axes outermost, so BLAS reads them as they are
-            order += [a for a in span if a in p.reduce_axes] + [a for a in span if a not in p.reduce_axes]
-        else:
-            order += list(span)
+        order += _factor_order(p, e, span) if p.factors is not None else list(span)
         back = np.argsort(order)
 
         def target(shape: tuple[int, ...], wins: list) -> np.ndarray:
@@ -685,6 +682,27 @@ class Workspace:
             uf(*pre, *[vals[j] for j in args], *post, out=out)
 
         return call
+
+
+def _factor_order(p: Plan, e: Expr, span: tuple[int, ...]) -> list[int]:
+    """The axis order of a contraction factor node's buffer, one BLAS reads as it is and ``e`` writes streaming.
+
+    Batch axes (global axes both factors span) come first, then the reduce axes and the other global axes as
+    one matrix in either order: the one whose inner axis is the unit-stride axis of the widest load ``e``
+    reads (computing a factor in the other order than its input's runs several times slower).
+    """
+    assert p.factors is not None
+    both = set(p.spans[p.factors[0]]) & set(p.spans[p.factors[1]])
+    inner = [a for a in span if a in p.reduce_axes]
+    batch = [a for a in span if a in both and a not in inner]
+    free = [a for a in span if a not in both and a not in inner]
+    loads = [x for x in schedule([e]) if isinstance(x, Load)]
+    widest = max(loads, key=lambda x: len(p.spans[x]), default=None)
+    unit = None
+    if widest is not None:
+        strides = {p.axes[v]: abs(c) for v, c in widest.index.terms if isinstance(v, Var) and c and p.axes[v] in span}
+        unit = min(strides, key=strides.__getitem__, default=None)
+    return batch + (free + inner if unit in inner else inner + free)
 
 
 def _window(out: np.ndarray, blocks: Sequence[Block], shape: tuple[int, ...]) -> np.ndarray:
