@@ -26,21 +26,26 @@ large for one chunk is split too, and then its partial results are combined
 (a float sum may round differently).
 
 ``run`` spreads the chunks over ``threads`` threads (numpy releases the GIL in
-its loops): contiguous ranges of global chunks, or, when there is one global
-chunk, contiguous ranges of its reduce blocks whose partial results are
-combined in thread order, so results do not depend on timing.
+its loops): global chunks, each thread taking the next when it is done with
+one, or, when there is one global chunk, contiguous ranges of its reduce
+blocks whose partial results are combined in thread order, so results do not
+depend on timing.
 
 A *contraction* kernel (a float ``sum`` of ``mul(a, b)`` whose factors both
 span a reduce axis, like a matmul or a convolution) never forms the product:
 ``a`` and ``b`` are evaluated over their own spans and contracted by one
 batched ``np.matmul`` (BLAS, itself multi-threaded), one global chunk at a
-time, materialised factors and output chunk bounded by ``view_elements``.
+time, materialised factors and output chunk bounded by ``view_elements``.  The
+factors are computed in their input's layout, the matmul writes into the output
+where the layouts allow, and the epilogue (bias, activation) then runs in place,
+in cache-sized pieces spread over the threads.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -907,18 +912,44 @@ def _store(ws: Workspace, chunk: tuple[Block, ...], acc: np.ndarray | None) -> N
             np.copyto(windows[i], vals[ws.index[e]], casting="unsafe")
 
 
-def _run_chunks(p: Plan, chunks: Sequence[tuple[Block, ...]], flats: Sequence[np.ndarray],
-                outputs: Sequence[np.ndarray], threads: int = 1) -> None:
-    ws = Workspace(p, flats, outputs)
-    with np.errstate(all="ignore"):
-        for chunk in chunks:
-            if p.factors is not None:
-                _contract_chunk(ws, chunk, threads)
-                continue
-            _store(ws, chunk, reduce_chunk(ws, chunk) if p.kernel.reduce is not None else None)
+def _spread(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], items: Sequence[T], threads: int,
+            do: Callable[[Workspace, T], None]) -> None:
+    """``do(workspace, item)`` for every item, on up to ``threads`` threads (this one among them).
+
+    Each thread has its own workspace and takes the next item when it is done with one, so a thread slowed by
+    other processes takes fewer; the items must write disjoint outputs.
+    """
+    pending = iter(items)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        ws = Workspace(p, flats, outputs)
+        with np.errstate(all="ignore"):
+            while True:
+                with lock:
+                    item = next(pending, None)
+                if item is None:
+                    return
+                do(ws, item)
+
+    n = min(threads, len(items))
+    if n <= 1:
+        worker()
+        return
+    with ThreadPoolExecutor(n - 1) as pool:
+        helpers = [pool.submit(worker) for _ in range(n - 1)]
+        worker()
+        for f in helpers:
+            f.result()
 
 
-def _contract_chunk(ws: Workspace, chunk: tuple[Block, ...], threads: int) -> None:
+def _chunk(ws: Workspace, chunk: tuple[Block, ...]) -> None:
+    """Evaluate and store one global chunk of a kernel that is not a contraction."""
+    _store(ws, chunk, reduce_chunk(ws, chunk) if ws.plan.kernel.reduce is not None else None)
+
+
+def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], chunk: tuple[Block, ...],
+                    threads: int) -> None:
     """A contraction over one global chunk: the matmul (into the output where it can), then the epilogue.
 
     A contraction's chunk is BLAS-sized: its epilogue runs in cache-sized pieces, on ``threads`` threads; it
@@ -926,32 +957,22 @@ def _contract_chunk(ws: Workspace, chunk: tuple[Block, ...], threads: int) -> No
     matmul's result unless its last node is a ``Where`` writing the output (whose first copy would overwrite
     the reduce values it reads); every other node reads a point's values before its output is written.
     """
-    p = ws.plan
     red = p.kernel.reduce
     assert red is not None
     (last, *more) = p.kernel.outputs
     window = None
-    if not more and ws.outputs[0].dtype == red.dtype.numpy and not (isinstance(last, Where) and p.slots.get(last) == -1):
-        window = _window(ws.outputs[0], chunk, tuple(n for _, n in chunk) + (1,) * len(red.vars))
-    acc = _contract(ws, chunk, window)
+    if not more and outputs[0].dtype == red.dtype.numpy and not (isinstance(last, Where) and p.slots.get(last) == -1):
+        window = _window(outputs[0], chunk, tuple(n for _, n in chunk) + (1,) * len(red.vars))
+    with np.errstate(all="ignore"):
+        acc = _contract(Workspace(p, flats, outputs), chunk, window)
     if last == Acc(red.dtype) and window is not None and np.may_share_memory(acc, window):
         return
-    pieces = list(itertools.product(*_blocks([n for _, n in chunk], CHUNK_ELEMENTS)))
-    parts = _split(pieces, threads)
-    if len(parts) == 1:
-        _epilogue(ws, chunk, acc, pieces)
-        return
-    with ThreadPoolExecutor(len(parts)) as pool:
-        for f in [pool.submit(_epilogue, Workspace(p, ws.flats, ws.outputs), chunk, acc, part) for part in parts]:
-            f.result()
 
+    def piece(ws: Workspace, blocks: tuple[Block, ...]) -> None:
+        where = tuple(slice(s, s + n) for s, n in blocks)
+        _store(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, blocks)), acc[where])
 
-def _epilogue(ws: Workspace, chunk: tuple[Block, ...], acc: np.ndarray, pieces: Sequence[tuple[Block, ...]]) -> None:
-    """Store the outputs of the contraction ``chunk`` (whose reduce values are ``acc``) over ``pieces`` of it."""
-    with np.errstate(all="ignore"):
-        for piece in pieces:
-            where = tuple(slice(s, s + n) for s, n in piece)
-            _store(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, piece)), acc[where])
+    _spread(p, flats, outputs, list(itertools.product(*_blocks([n for _, n in chunk], CHUNK_ELEMENTS))), threads, piece)
 
 
 def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
@@ -992,11 +1013,10 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
     kernel = p.kernel
     chunks = list(p.chunks())
     rblocks = list(itertools.product(*p.reduce_blocks))
-    if threads > 1 and p.factors is None and len(chunks) > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            for f in [pool.submit(_run_chunks, p, part, flats, outputs) for part in _split(chunks, threads)]:
-                f.result()
-    elif threads > 1 and p.factors is None and kernel.reduce is not None and kernel.reduce.size and len(rblocks) > 1:
+    if p.factors is not None:
+        for chunk in chunks:
+            _contract_chunk(p, flats, outputs, chunk, threads)
+    elif threads > 1 and len(chunks) == 1 and kernel.reduce is not None and kernel.reduce.size and len(rblocks) > 1:
         (chunk,) = chunks
         with ThreadPoolExecutor(threads) as pool:
             parts = [f.result() for f in [pool.submit(_reduce_part, p, chunk, part, flats)
@@ -1007,7 +1027,7 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
         with np.errstate(all="ignore"):
             _store(Workspace(p, flats, outputs), chunk, round_to(total, kernel.reduce.dtype))
     else:
-        _run_chunks(p, chunks, flats, outputs, threads)
+        _spread(p, flats, outputs, chunks, threads, _chunk)
 
 
 def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = CHUNK_ELEMENTS, threads: int = 1,
