@@ -58,12 +58,17 @@ class NumpyDevice:
         self.max_elements = max_elements
         self.threads = min(os.cpu_count() or 1, 8) if threads is None else threads
         self.view_elements = view_elements
+        self._plans: dict[str, Plan] = {}
 
     def supports(self, kernel: Kernel) -> bool:
         return True
 
     def _plan(self, kernel: Kernel) -> Plan:
-        return plan(kernel, self.max_elements, self.view_elements)
+        """The evaluation plan of ``kernel``, made once per kernel key (each execution compiles its launches)."""
+        found = self._plans.get(kernel.key)
+        if found is None:
+            found = self._plans[kernel.key] = plan(kernel, self.max_elements, self.view_elements)
+        return found
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         return NumpyCompiled(kernel, variant, self._plan(kernel))
