@@ -703,7 +703,7 @@ def test_contraction_of_computed_factors(dtype: DType) -> None:
     h = np.maximum(a.astype(np.float64) + c, 0)
     want = (-(h @ b)).astype(dtype.numpy)
     for max_elements in (ev.CHUNK_ELEMENTS, 8):
-        for device in (NumpyDevice(max_elements, threads=2, view_elements=max_elements),):
+        for device in (NumpyDevice(max_elements, threads=2, view_elements=max_elements, parallel_elements=0),):
             close(launch(device, k, [a, c, b])[0], want, dtype)
     close(evaluate(k, [a, c, b], view_elements=None)[0], want, dtype)
 
@@ -828,7 +828,7 @@ def test_epilogue_in_place_over_the_matmul(threads: int, epilogue: str) -> None:
         want = -h
     k = Kernel(mm.inputs, mm.shape, mm.vars, mm.reduce, (out,))
     assert len(list(plan(k).chunks())) == 1 and ev.CHUNK_ELEMENTS < 300 * 260
-    (got,) = launch(LibraryDevice(threads=threads), k, [a, b])
+    (got,) = launch(LibraryDevice(threads=threads, parallel_elements=0), k, [a, b])
     close(got, want.astype(got.dtype), F32)
 
 
@@ -860,3 +860,10 @@ def test_a_kernel_is_planned_once(monkeypatch: pytest.MonkeyPatch) -> None:
         blas.compile(k)
         blas.estimate(k)
     assert blas.supports(matmul("NT")) and len(calls) == 1
+
+
+def test_small_kernels_run_on_one_thread() -> None:
+    dev = NumpyDevice(threads=4)
+    small, big = matmul("NN", 8, 8, 8), matmul("NN", 128, 128, 128)
+    assert (dev.threads_for(small), dev.threads_for(big)) == (1, 4)
+    assert NumpyDevice(threads=4, parallel_elements=0).threads_for(small) == 4
