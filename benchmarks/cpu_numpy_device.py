@@ -5,7 +5,9 @@ Every large sample graph (default: all) is compiled for ``NumpyDevice`` and
 reference interpreter, then its plan is executed ``N`` times; the figure is the
 best total of its kernel launches (allocation and compile excluded).  Numpy
 eager is the reference interpreter (one numpy call per primitive op), best of N,
-its runs interleaved with the plan's so that load from other processes hits both.
+its runs interleaved with the plan's so that load from other processes hits both;
+``paired`` is the middle half of the eager / plan ratios of those pairs (the
+spread a shared machine gives).
 
 Measured 2026-12-03 on the 2-core Xeon (float32, ``--repeats 7``, ms), before
 (commit 169d86c: 4M-element chunks, one temporary per op, one thread, a gather
@@ -50,7 +52,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="numpy device threads (default: every core)")
     args = parser.parse_args()
     devices = [NumpyDevice(threads=args.threads), LibraryDevice(threads=args.threads)]
-    print(f"{'sample':<18}{'eager ms':>10}{'plan ms':>10}{'speedup':>9}{'kernels':>9}  verified")
+    print(f"{'sample':<18}{'eager ms':>10}{'plan ms':>10}{'speedup':>9}{'paired':>15}{'kernels':>9}  verified")
     for name in args.samples:
         program = load(sample_graphs.path(name))
         inputs = program.input_values()
@@ -59,15 +61,17 @@ def main() -> None:
         ok = run(c, inputs).ok
         assert c.plan is not None
         launches = [i for i, s in enumerate(c.plan.steps) if isinstance(s, Launch)]
-        eager = best = float("inf")
+        eager, plan = [], []
         for _ in range(args.repeats + 1):  # interleaved, so that load from elsewhere hits both alike
             start = time.perf_counter()
             evaluate(graph, inputs)
-            eager = min(eager, time.perf_counter() - start)
+            eager.append(time.perf_counter() - start)
             times = execute(c.plan, devices, inputs).step_times
-            best = min(best, sum(times[i] for i in launches))
-        print(f"{name:<18}{eager * 1e3:>10.1f}{best * 1e3:>10.1f}{eager / best:>8.2f}x{len(launches):>9}  "
-              f"{'ok' if ok else 'WRONG'}", flush=True)
+            plan.append(sum(times[i] for i in launches))
+        ratios = sorted(e / p for e, p in zip(eager[1:], plan[1:]))
+        spread = f"{ratios[len(ratios) // 4]:.2f}-{ratios[(3 * len(ratios)) // 4]:.2f}x"
+        print(f"{name:<18}{min(eager) * 1e3:>10.1f}{min(plan) * 1e3:>10.1f}{min(eager) / min(plan):>8.2f}x{spread:>15}"
+              f"{len(launches):>9}  {'ok' if ok else 'WRONG'}", flush=True)
 
 
 if __name__ == "__main__":
