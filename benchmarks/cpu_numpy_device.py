@@ -30,6 +30,26 @@ was shared (load average 3-4): BLAS-bound rows vary by +-30% from run to run.
 | sum (16M) | 10.3 | 12.9 | 10.5 | 0.98x | 14 (PoCL) |
 | swiglu_mlp | 248 | 9764 | 278 | 0.89x | |
 | transpose_fusion | 43 | 83 | 56 | 0.77x | |
+
+The BLAS-bound rows, 2026-12-03 (branch wt-split): the matmul writes straight into the output (no
+temporary, no copy; the epilogue runs in place, spread over the threads), computed factors take their
+input's layout (a factor written transposed to its input ran 10x slower), a kernel is planned once per key
+(each execution re-planned every launch), kernels under 2^20 points run on one thread (OpenBLAS's workers
+spin for 60-90 ms after every call, taking one of the two cores).  ``--repeats 7``, best-of ms and the
+middle half of the paired ratios; before = commit 4401eb8 at load 0.4, after at load 0.9 (a later pair at
+load 1-1.5 put both versions at 0.6-1.4x: the machine is shared):
+
+| sample | before eager | before plan | before x (paired) | after eager | after plan | after x (paired) |
+|---|---|---|---|---|---|---|
+| matmul | 31.2 | 31.9 | 0.98x (0.84-0.99) | 11.9 | 10.3 | 1.16x (1.12-1.19) |
+| mlp | 103.5 | 154.1 | 0.67x (0.65-0.69) | 49.9 | 48.3 | 1.03x (1.02-1.18) |
+| transpose_fusion | 23.7 | 31.8 | 0.74x (0.74-0.75) | 12.6 | 11.9 | 1.06x (1.08-1.14) |
+| residual_mlp | 57.3 | 60.9 | 0.94x (0.79-1.23) | 49.5 | 50.2 | 0.99x (0.98-1.00) |
+| swiglu_mlp | 92.7 | 89.6 | 1.03x (0.62-1.04) | 87.4 | 88.7 | 0.99x (0.72-0.88) |
+| sum | 8.8 | 9.7 | 0.90x (0.90-0.98) | 9.1 | 9.5 | 0.96x (0.64-0.93) |
+
+Single-threaded (``OPENBLAS_NUM_THREADS=1``, ``--threads 1``), CPU time, which load hardly moves: eager /
+plan went from 0.89-0.96x to 1.00-1.06x on matmul, mlp, transpose_fusion, residual_mlp, swiglu_mlp.
 """
 
 from __future__ import annotations
