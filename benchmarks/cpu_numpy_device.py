@@ -5,7 +5,9 @@ Every large sample graph (default: all) is compiled for ``NumpyDevice`` and
 reference interpreter, then its plan is executed ``N`` times; the figure is the
 best total of its kernel launches (allocation and compile excluded).  Numpy
 eager is the reference interpreter (one numpy call per primitive op), best of N,
-its runs interleaved with the plan's so that load from other processes hits both.
+its runs interleaved with the plan's so that load from other processes hits both;
+``paired`` is the middle half of the eager / plan ratios of those pairs (the
+spread a shared machine gives).
 
 Measured 2026-12-03 on the 2-core Xeon (float32, ``--repeats 7``, ms), before
 (commit 169d86c: 4M-element chunks, one temporary per op, one thread, a gather
@@ -28,6 +30,27 @@ was shared (load average 3-4): BLAS-bound rows vary by +-30% from run to run.
 | sum (16M) | 10.3 | 12.9 | 10.5 | 0.98x | 14 (PoCL) |
 | swiglu_mlp | 248 | 9764 | 278 | 0.89x | |
 | transpose_fusion | 43 | 83 | 56 | 0.77x | |
+
+The BLAS-bound rows, 2026-12-03 (branch wt-split): the matmul writes straight into the output (no
+temporary, no copy; the epilogue runs in place, spread over the threads), computed factors take their
+input's layout (a factor written transposed to its input ran 10x slower), a kernel is planned once per key
+(each execution re-planned every launch), kernels under 2^20 points run on one thread (OpenBLAS's workers
+spin for 60-90 ms after every call, taking one of the two cores).  ``--repeats 7``, best-of ms and the
+middle half of the paired ratios; before = commit 4401eb8 at load 0.4, after at load 0.9 (a later pair at
+load 1-1.5 put both versions at 0.6-1.4x: the machine is shared):
+
+| sample | before eager | before plan | before x (paired) | after eager | after plan | after x (paired) |
+|---|---|---|---|---|---|---|
+| matmul | 31.2 | 31.9 | 0.98x (0.84-0.99) | 11.9 | 10.3 | 1.16x (1.12-1.19) |
+| mlp | 103.5 | 154.1 | 0.67x (0.65-0.69) | 49.9 | 48.3 | 1.03x (1.02-1.18) |
+| transpose_fusion | 23.7 | 31.8 | 0.74x (0.74-0.75) | 12.6 | 11.9 | 1.06x (1.08-1.14) |
+| residual_mlp | 57.3 | 60.9 | 0.94x (0.79-1.23) | 49.5 | 50.2 | 0.99x (0.98-1.00) |
+| swiglu_mlp | 92.7 | 89.6 | 1.03x (0.62-1.04) | 87.4 | 88.7 | 0.99x (0.72-0.88) |
+| sum | 8.8 | 9.7 | 0.90x (0.90-0.98) | 9.1 | 9.5 | 0.96x (0.64-0.93) |
+
+Single-threaded (``OPENBLAS_NUM_THREADS=1``, ``--threads 1``), CPU time, which load hardly moves: eager /
+plan went from 0.89-1.10x (matmul and transpose_fusion 0.89-0.97x) to 1.00-1.23x on matmul, mlp,
+transpose_fusion, residual_mlp and swiglu_mlp.
 """
 
 from __future__ import annotations
@@ -50,7 +73,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="numpy device threads (default: every core)")
     args = parser.parse_args()
     devices = [NumpyDevice(threads=args.threads), LibraryDevice(threads=args.threads)]
-    print(f"{'sample':<18}{'eager ms':>10}{'plan ms':>10}{'speedup':>9}{'kernels':>9}  verified")
+    print(f"{'sample':<18}{'eager ms':>10}{'plan ms':>10}{'speedup':>9}{'paired':>15}{'kernels':>9}  verified")
     for name in args.samples:
         program = load(sample_graphs.path(name))
         inputs = program.input_values()
@@ -59,15 +82,17 @@ def main() -> None:
         ok = run(c, inputs).ok
         assert c.plan is not None
         launches = [i for i, s in enumerate(c.plan.steps) if isinstance(s, Launch)]
-        eager = best = float("inf")
+        eager, plan = [], []
         for _ in range(args.repeats + 1):  # interleaved, so that load from elsewhere hits both alike
             start = time.perf_counter()
             evaluate(graph, inputs)
-            eager = min(eager, time.perf_counter() - start)
+            eager.append(time.perf_counter() - start)
             times = execute(c.plan, devices, inputs).step_times
-            best = min(best, sum(times[i] for i in launches))
-        print(f"{name:<18}{eager * 1e3:>10.1f}{best * 1e3:>10.1f}{eager / best:>8.2f}x{len(launches):>9}  "
-              f"{'ok' if ok else 'WRONG'}", flush=True)
+            plan.append(sum(times[i] for i in launches))
+        ratios = sorted(e / p for e, p in zip(eager[1:], plan[1:]))
+        spread = f"{ratios[len(ratios) // 4]:.2f}-{ratios[(3 * len(ratios)) // 4]:.2f}x"
+        print(f"{name:<18}{min(eager) * 1e3:>10.1f}{min(plan) * 1e3:>10.1f}{min(eager) / min(plan):>8.2f}x{spread:>15}"
+              f"{len(launches):>9}  {'ok' if ok else 'WRONG'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,13 @@ from hypothesis import HealthCheck, given, settings
 from test_random_graphs import programs
 
 import sample_graphs
-from engine import load
+from engine import Tensor, from_tensors, load
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
-from engine.pipeline import Options, compile_program
+from engine.extract import Pins
+from engine.pipeline import Options, compile_program, extract, run
 from engine.tuning import Budget
+from engine.tuning.space import seeds
 
 SMALL = [n for n in sample_graphs.names() if n.endswith(".small")]
 OPENCL = discover()
@@ -75,3 +77,24 @@ def test_tuned_sample_on_opencl_launches_the_tuned_variants(name):
 @given(programs())
 def test_random_programs_on_opencl(built):
     assert_verified(compile_program(built.program, CPU_OPENCL, PREDICTED))
+
+
+@needs_opencl
+def test_split_sum_plan_on_opencl_equals_the_reference():
+    """A sum over 2^20 elements has the split form in its class; a plan pinned to it runs two kernels and verifies.
+
+    Its partial kernel (1024 outputs, each a reduce over 1024) gets the group-reduce seeds on a GPU.
+    """
+    program = from_tensors([Tensor.input("x", (1 << 20,)).sum().named("y")])
+    c = compile_program(program, CPU_OPENCL, Options(tune=False, execute=False))
+    eg, kz = c.egraph, c.kernelization
+    y = eg.output_classes()["y"]
+    split = [n for n in eg.eclass(y).nodes if eg.node(n).op == "reduce_sum"
+             and any(eg.node(f).op == "reduce_sum" for f in eg.eclass(eg.node(n).children[0]).nodes)]
+    assert len(split) == 1
+    extract(c, Pins().node(eg, split[0], kz))
+    run(c)
+    assert_verified(c)
+    kernels = [s.kernel for s in c.plan.launches()]
+    assert [(k.numel, k.reduce.size) for k in kernels] == [(1024, 1024), (1, 1024)]
+    assert any(v.group > 1 for v in seeds(kernels[0], gpu=True))

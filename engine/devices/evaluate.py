@@ -26,21 +26,26 @@ large for one chunk is split too, and then its partial results are combined
 (a float sum may round differently).
 
 ``run`` spreads the chunks over ``threads`` threads (numpy releases the GIL in
-its loops): contiguous ranges of global chunks, or, when there is one global
-chunk, contiguous ranges of its reduce blocks whose partial results are
-combined in thread order, so results do not depend on timing.
+its loops): global chunks, each thread taking the next when it is done with
+one, or, when there is one global chunk, contiguous ranges of its reduce
+blocks whose partial results are combined in thread order, so results do not
+depend on timing.
 
 A *contraction* kernel (a float ``sum`` of ``mul(a, b)`` whose factors both
 span a reduce axis, like a matmul or a convolution) never forms the product:
 ``a`` and ``b`` are evaluated over their own spans and contracted by one
 batched ``np.matmul`` (BLAS, itself multi-threaded), one global chunk at a
-time, materialised factors and output chunk bounded by ``view_elements``.
+time, materialised factors and output chunk bounded by ``view_elements``.  The
+factors are computed in their input's layout, the matmul writes into the output
+where the layouts allow, and the epilogue (bias, activation) then runs in place,
+in cache-sized pieces spread over the threads.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -646,10 +651,7 @@ class Workspace:
         uf, pre, post = fn.ufunc, fn.pre, fn.post
         p = self.plan
         order = [a for a in range(p.ndim) if a not in span]
-        if p.factors is not None:  # a contraction's factors: reduce axes outermost, so BLAS reads them as they are
-            order += [a for a in span if a in p.reduce_axes] + [a for a in span if a not in p.reduce_axes]
-        else:
-            order += list(span)
+        order += _factor_order(p, e, span) if p.factors is not None else list(span)
         back = np.argsort(order)
 
         def target(shape: tuple[int, ...], wins: list) -> np.ndarray:
@@ -685,6 +687,27 @@ class Workspace:
             uf(*pre, *[vals[j] for j in args], *post, out=out)
 
         return call
+
+
+def _factor_order(p: Plan, e: Expr, span: tuple[int, ...]) -> list[int]:
+    """The axis order of a contraction factor node's buffer, one BLAS reads as it is and ``e`` writes streaming.
+
+    Batch axes (global axes both factors span) come first, then the reduce axes and the other global axes as
+    one matrix in either order: the one whose inner axis is the unit-stride axis of the widest load ``e``
+    reads (computing a factor in the other order than its input's runs several times slower).
+    """
+    assert p.factors is not None
+    both = set(p.spans[p.factors[0]]) & set(p.spans[p.factors[1]])
+    inner = [a for a in span if a in p.reduce_axes]
+    batch = [a for a in span if a in both and a not in inner]
+    free = [a for a in span if a not in both and a not in inner]
+    loads = [x for x in schedule([e]) if isinstance(x, Load)]
+    widest = max(loads, key=lambda x: len(p.spans[x]), default=None)
+    unit = None
+    if widest is not None:
+        strides = {p.axes[v]: abs(c) for v, c in widest.index.terms if isinstance(v, Var) and c and p.axes[v] in span}
+        unit = min(strides, key=strides.__getitem__, default=None)
+    return batch + (free + inner if unit in inner else inner + free)
 
 
 def _window(out: np.ndarray, blocks: Sequence[Block], shape: tuple[int, ...]) -> np.ndarray:
@@ -757,14 +780,18 @@ def reduce_chunk(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
     return round_to(reduce_blocks(ws, chunk, list(itertools.product(*p.reduce_blocks))), red.dtype)
 
 
-def _contract(ws: Workspace, chunk: tuple[Block, ...]) -> np.ndarray:
-    """A contraction's reduce over one global chunk: its factors over their spans, then ``_product``."""
+def _contract(ws: Workspace, chunk: tuple[Block, ...], window: np.ndarray | None = None) -> np.ndarray:
+    """A contraction's reduce over one global chunk: its factors over their spans, then ``_product``.
+
+    With ``window`` (the chunk's part of the output, of the reduce's dtype) the matmul writes there when the
+    layouts allow it, and the result is a view of it.
+    """
     p = ws.plan
     red = p.kernel.reduce
     assert red is not None and p.factors is not None
     frame = Frame(p.axes, chunk + tuple((0, v.size) for v in red.vars))
     vals = eval_stage(ws.body, ws.template, frame, [])
-    return round_to(_product(ws, frame, chunk, *(vals[ws.index[f]] for f in p.factors)), red.dtype)
+    return round_to(_product(ws, frame, chunk, *(vals[ws.index[f]] for f in p.factors), window), red.dtype)
 
 
 @dataclass(frozen=True)
@@ -805,11 +832,14 @@ def _recipe(p: Plan, shape: tuple[int, ...], chunk: tuple[Block, ...]) -> _Recip
     )
 
 
-def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarray, bv: np.ndarray) -> np.ndarray:
+def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarray, bv: np.ndarray,
+             window: np.ndarray | None = None) -> np.ndarray:
     """``sum(a * b)`` over ``frame``'s reduce axes from the factors' values, by ``np.matmul`` (not yet rounded).
 
     Axes both factors span are batch (global) or contracted (reduce) axes; a
-    reduce axis only one factor spans is summed there first.
+    reduce axis only one factor spans is summed there first.  The matmul writes
+    into ``window`` (the result's shape and dtype) where that is a row-major view
+    of the result's matrices, saving a temporary and a copy.
     """
     shape = frame.shape
     r = ws.recipes.get(shape)
@@ -823,10 +853,25 @@ def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarr
         if axes:
             v = np.add.reduce(v, axis=axes, keepdims=True)
         ms.append(v.transpose(perm).reshape(dims))
-    am, bm = ms
-    c = np.matmul(_blasable(am[0]), _blasable(bm[0]))[None] if am.shape[0] == 1 else np.matmul(_blasable(am), _blasable(bm))
+    am, bm = (_blasable(m) for m in ms)
+    out = _matmul_out(window, r, (am.shape[0], am.shape[1], bm.shape[2]), np.result_type(am, bm))
+    if am.shape[0] == 1:
+        c = np.matmul(am[0], bm[0], out=None if out is None else out[0])[None]
+    else:
+        c = np.matmul(am, bm, out=out)
     c = c.reshape(r.result[0]).transpose(r.result[1])
     return c if c.shape == r.result[2] else np.broadcast_to(c, r.result[2])
+
+
+def _matmul_out(window: np.ndarray | None, r: _Recipe, dims: tuple[int, int, int], dtype: np.dtype) -> np.ndarray | None:
+    """``window`` as the matmul's ``(batch, m, n)`` result, if it is a view BLAS can write (rows contiguous)."""
+    if window is None or window.dtype != dtype or math.prod(r.result[0]) != window.size:
+        return None
+    try:
+        out = window.transpose(np.argsort(r.result[1])).reshape(dims, copy=False)
+    except ValueError:
+        return None
+    return out if out.strides[-1] == out.itemsize and out.strides[-2] >= max(dims[2], 1) * out.itemsize else None
 
 
 def _blasable(x: np.ndarray) -> np.ndarray:
@@ -867,20 +912,67 @@ def _store(ws: Workspace, chunk: tuple[Block, ...], acc: np.ndarray | None) -> N
             np.copyto(windows[i], vals[ws.index[e]], casting="unsafe")
 
 
-def _run_chunks(p: Plan, chunks: Sequence[tuple[Block, ...]], flats: Sequence[np.ndarray],
-                outputs: Sequence[np.ndarray]) -> None:
-    ws = Workspace(p, flats, outputs)
+def _spread(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], items: Sequence[T], threads: int,
+            do: Callable[[Workspace, T], None]) -> None:
+    """``do(workspace, item)`` for every item, on up to ``threads`` threads (this one among them).
+
+    Each thread has its own workspace and takes the next item when it is done with one, so a thread slowed by
+    other processes takes fewer; the items must write disjoint outputs.
+    """
+    pending = iter(items)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        ws = Workspace(p, flats, outputs)
+        with np.errstate(all="ignore"):
+            while True:
+                with lock:
+                    item = next(pending, None)
+                if item is None:
+                    return
+                do(ws, item)
+
+    n = min(threads, len(items))
+    if n <= 1:
+        worker()
+        return
+    with ThreadPoolExecutor(n - 1) as pool:
+        helpers = [pool.submit(worker) for _ in range(n - 1)]
+        worker()
+        for f in helpers:
+            f.result()
+
+
+def _chunk(ws: Workspace, chunk: tuple[Block, ...]) -> None:
+    """Evaluate and store one global chunk of a kernel that is not a contraction."""
+    _store(ws, chunk, reduce_chunk(ws, chunk) if ws.plan.kernel.reduce is not None else None)
+
+
+def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], chunk: tuple[Block, ...],
+                    threads: int) -> None:
+    """A contraction over one global chunk: the matmul (into the output where it can), then the epilogue.
+
+    A contraction's chunk is BLAS-sized: its epilogue runs in cache-sized pieces, on ``threads`` threads; it
+    is skipped when the matmul wrote the output itself.  A single-output epilogue runs in place over the
+    matmul's result unless its last node is a ``Where`` writing the output (whose first copy would overwrite
+    the reduce values it reads); every other node reads a point's values before its output is written.
+    """
+    red = p.kernel.reduce
+    assert red is not None
+    (last, *more) = p.kernel.outputs
+    window = None
+    if not more and outputs[0].dtype == red.dtype.numpy and not (isinstance(last, Where) and p.slots.get(last) == -1):
+        window = _window(outputs[0], chunk, tuple(n for _, n in chunk) + (1,) * len(red.vars))
     with np.errstate(all="ignore"):
-        for chunk in chunks:
-            acc = reduce_chunk(ws, chunk) if p.kernel.reduce is not None else None
-            if acc is None or p.factors is None:
-                _store(ws, chunk, acc)
-                continue
-            # a contraction's chunk is BLAS-sized: its epilogue runs in cache-sized pieces
-            pieces = _blocks([n for _, n in chunk], CHUNK_ELEMENTS)
-            for piece in itertools.product(*pieces):
-                where = tuple(slice(s, s + n) for s, n in piece)
-                _store(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, piece)), acc[where])
+        acc = _contract(Workspace(p, flats, outputs), chunk, window)
+    if last == Acc(red.dtype) and window is not None and np.may_share_memory(acc, window):
+        return
+
+    def piece(ws: Workspace, blocks: tuple[Block, ...]) -> None:
+        where = tuple(slice(s, s + n) for s, n in blocks)
+        _store(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, blocks)), acc[where])
+
+    _spread(p, flats, outputs, list(itertools.product(*_blocks([n for _, n in chunk], CHUNK_ELEMENTS))), threads, piece)
 
 
 def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
@@ -921,11 +1013,10 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
     kernel = p.kernel
     chunks = list(p.chunks())
     rblocks = list(itertools.product(*p.reduce_blocks))
-    if threads > 1 and p.factors is None and len(chunks) > 1:
-        with ThreadPoolExecutor(threads) as pool:
-            for f in [pool.submit(_run_chunks, p, part, flats, outputs) for part in _split(chunks, threads)]:
-                f.result()
-    elif threads > 1 and p.factors is None and kernel.reduce is not None and kernel.reduce.size and len(rblocks) > 1:
+    if p.factors is not None:
+        for chunk in chunks:
+            _contract_chunk(p, flats, outputs, chunk, threads)
+    elif threads > 1 and len(chunks) == 1 and kernel.reduce is not None and kernel.reduce.size and len(rblocks) > 1:
         (chunk,) = chunks
         with ThreadPoolExecutor(threads) as pool:
             parts = [f.result() for f in [pool.submit(_reduce_part, p, chunk, part, flats)
@@ -936,7 +1027,7 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
         with np.errstate(all="ignore"):
             _store(Workspace(p, flats, outputs), chunk, round_to(total, kernel.reduce.dtype))
     else:
-        _run_chunks(p, chunks, flats, outputs)
+        _spread(p, flats, outputs, chunks, threads, _chunk)
 
 
 def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = CHUNK_ELEMENTS, threads: int = 1,

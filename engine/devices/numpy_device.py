@@ -20,6 +20,10 @@ from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, pr
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel, Load, Where
 
+PARALLEL_ELEMENTS = 1 << 20
+"""Kernels over fewer points (outputs times reduce size) run on one thread: starting threads costs more, and
+after a BLAS call its worker threads keep spinning for tens of milliseconds, taking a core of a small CPU."""
+
 
 @dataclass(frozen=True)
 class NumpyCompiled:
@@ -33,7 +37,7 @@ class NumpyCompiled:
 class NumpyDevice:
     """Runs any kernel with the vectorised numpy evaluator (``engine.devices.evaluate``).
 
-    Kernels are evaluated in L2-sized chunks on ``threads`` threads, one numpy
+    Kernels are evaluated in L2-sized chunks on ``threads`` threads (one for small kernels), one numpy
     call per node per chunk; contractions go to ``np.matmul`` (BLAS).  Nominal
     numbers measured on a 2-core CPU: float32 ufuncs on L2-resident chunks take
     0.2-0.8 ns an element (exp2 the most), so about 1 G element-ops/s per
@@ -54,16 +58,22 @@ class NumpyDevice:
     """Seconds per numpy call (one per node per chunk)."""
 
     def __init__(self, max_elements: int = CHUNK_ELEMENTS, threads: int | None = None,
-                 view_elements: int | None = MAX_ELEMENTS) -> None:
+                 view_elements: int | None = MAX_ELEMENTS, parallel_elements: int = PARALLEL_ELEMENTS) -> None:
         self.max_elements = max_elements
         self.threads = min(os.cpu_count() or 1, 8) if threads is None else threads
         self.view_elements = view_elements
+        self.parallel_elements = parallel_elements
+        self._plans: dict[str, Plan] = {}
 
     def supports(self, kernel: Kernel) -> bool:
         return True
 
     def _plan(self, kernel: Kernel) -> Plan:
-        return plan(kernel, self.max_elements, self.view_elements)
+        """The evaluation plan of ``kernel``, made once per kernel key (each execution compiles its launches)."""
+        found = self._plans.get(kernel.key)
+        if found is None:
+            found = self._plans[kernel.key] = plan(kernel, self.max_elements, self.view_elements)
+        return found
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         return NumpyCompiled(kernel, variant, self._plan(kernel))
@@ -80,9 +90,14 @@ class NumpyDevice:
     def free(self, handle: Any) -> None:
         pass
 
+    def threads_for(self, kernel: Kernel) -> int:
+        """The threads a launch of ``kernel`` uses: one below ``parallel_elements`` points (outputs x reduce)."""
+        points = kernel.numel * (kernel.reduce.size if kernel.reduce is not None else 1)
+        return self.threads if points >= self.parallel_elements else 1
+
     def launch(self, compiled: NumpyCompiled, inputs: list[Any], outputs: list[Any]) -> float:
         start = time.perf_counter()
-        run(compiled.plan, inputs, outputs, self.threads)
+        run(compiled.plan, inputs, outputs, self.threads_for(compiled.kernel))
         return time.perf_counter() - start
 
     def estimate(self, kernel: Kernel) -> float:
@@ -94,7 +109,7 @@ class NumpyDevice:
         p = self._plan(kernel)
         w = work(kernel)
         ops = w.ops
-        parallel = 1 if p.factors is not None else min(self.threads, p.chunk_count)
+        parallel = 1 if p.factors is not None else min(self.threads_for(kernel), p.chunk_count)
         if p.factors is not None:
             assert kernel.reduce is not None
             sizes = [v.size for v in p.axes]
@@ -135,8 +150,9 @@ class LibraryDevice(NumpyDevice):
     launch_overhead = 10e-6
     """Seconds per launch: less than the generic device, which evaluates its factors through the node machinery."""
 
-    def __init__(self, max_elements: int = MAX_ELEMENTS, threads: int | None = None) -> None:
-        super().__init__(max_elements, threads, max_elements)
+    def __init__(self, max_elements: int = MAX_ELEMENTS, threads: int | None = None,
+                 parallel_elements: int = PARALLEL_ELEMENTS) -> None:
+        super().__init__(max_elements, threads, max_elements, parallel_elements)
 
     def supports(self, kernel: Kernel) -> bool:
         p = self._plan(kernel)  # on the kernel with split variables: heads read as g // k are affine there

@@ -8,11 +8,14 @@ node's class (building it adds nothing), then that every form of every class com
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from engine import DType, Tensor, from_tensors
 from engine.egraph import (
@@ -35,6 +38,7 @@ from engine.egraph import (
 )
 from engine.egraph.pattern import TermLike
 from engine.egraph.rules.algebra import splat_term
+from engine.egraph.rules.movement import split_factor
 
 F32, F64, I32, BOOL = DType.F32, DType.F64, DType.I32, DType.BOOL
 FAST_MATH = {rule.name for rule in ALL_RULES if not rule.exact}
@@ -388,8 +392,15 @@ def _permute_reduce(op: str) -> Case:
     return Case(f"permute-{op}", eg, n, T(op, T("permute", x, param=(2, 1, 0)), param=(1,)))
 
 
+def _reduce_split(op: str) -> Case:
+    eg = EGraph()
+    x = leaf(eg, shape=(3, 1 << 16))
+    n = eg.add(op, [x], (1,))  # 65536 = 256 x 256
+    return Case(f"{op}-split", eg, n, T(op, T(op, T("reshape", x, param=(3, 256, 256)), param=(2,)), param=(1,)))
+
+
 for _op in ("reduce_sum", "reduce_max"):
-    for _make in (_reduce_reduce, _reduce_ones, _permute_reduce):
+    for _make in (_reduce_reduce, _reduce_ones, _permute_reduce, _reduce_split):
         CASES.append(lambda op=_op, make=_make: make(op))
 
 
@@ -638,6 +649,67 @@ def test_reduce_ones_blocked_over_a_real_axis():
     n = eg.add("reduce_sum", [x], (0,))
     result = run(eg, "reduce_sum-ones")
     assert result.iterations[0].matches["reduce_sum-ones"] == 0 and len(eg.eclass(n).nodes) == 1
+
+
+@pytest.mark.parametrize(("shape", "axes"), [
+    ((1 << 15,), (0,)),  # too short
+    ((65537,), (0,)),  # 65537 is prime: no factor of at least 256 on both sides
+    ((256, 2, 256), (0, 2)),  # the reduced axes are not one run
+    ((2048, 1 << 16), (1,)),  # more outputs than a split helps
+])
+def test_reduce_split_blocked(shape, axes):
+    eg = EGraph()
+    n = eg.add("reduce_sum", [leaf(eg, shape=shape)], axes)
+    result = run(eg, "reduce_sum-split")
+    assert result.iterations[0].matches["reduce_sum-split"] == 0 and len(eg.eclass(n).nodes) == 1
+
+
+def test_split_factor_is_the_divisor_nearest_the_square_root():
+    assert [split_factor(n) for n in (1 << 16, 1 << 21, 1 << 26, 3 << 20, 65537)] == [256, 1024, 8192, 1536, None]
+
+
+def test_split_of_a_split_adds_nothing():
+    """The outer reduce over (G, N/G) splits to itself: saturation stops after one split per reduce."""
+    x = Tensor.input("x", (1 << 20,))
+    eg = from_program(from_tensors({"y": x.sum(), "m": x.max()}))
+    result = saturate(eg, limits=LIMITS)
+    assert result.stop == "saturated"
+    merges = result.merges_by_rule()
+    assert (merges["reduce_sum-split"], merges["reduce_max-split"]) == (1, 1)
+    y = eg.output_classes()["y"]
+    inner = T("reduce_sum", T("reshape", eg.lookup("leaf", param="x"), param=(1024, 1024)), param=(1,))
+    assert holds(eg, y, T("reduce_sum", inner, param=(0,)))
+    sound(eg, "reduce_sum-split")
+
+
+@st.composite
+def long_reduces(draw):
+    """A sum or max over a run of axes (mostly of at least 2^16 elements) of a random elementwise expression."""
+    small = st.lists(st.sampled_from([1, 2, 3, 5]), max_size=1)
+    run = st.lists(st.sampled_from([256, 4096, 1024, 1 << 16, 3, 65537, 5, 1]), min_size=2, max_size=3)
+    before, axes, after = draw(small), draw(run), draw(small)
+    dtype = draw(st.sampled_from([F32, F64, I32]))
+    dims = (*before, *axes, *after)
+    return dims, tuple(range(len(before), len(before) + len(axes))), dtype, draw(st.sampled_from(["sum", "max"])), \
+        draw(st.booleans())
+
+
+@settings(max_examples=80, derandomize=True, deadline=None)
+@given(long_reduces())
+def test_random_long_reduces_split_soundly(drawn):
+    dims, axes, dtype, op, squared = drawn
+    assume(math.prod(dims) <= 1 << 22)
+    x = Tensor.input("x", tuple(dims), dtype)
+    body = x * x + x if squared else x
+    eg = from_program(from_tensors({"y": getattr(body, op)(axes)}))
+    result = saturate(eg, limits=LIMITS)
+    n = math.prod(dims[a] for a in axes)
+    outputs = math.prod(dims) // n
+    expected = n >= 1 << 16 and split_factor(n) is not None and outputs <= 1024
+    assert (result.merges_by_rule()[f"reduce_{op}-split"] > 0) == expected
+    report = check_semantics(eg)
+    assert report.ok, report.disagreements
+    assert report.skipped == ()
 
 
 def test_matmul_layout_skips_matrices_with_a_unit_dimension():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -702,7 +703,7 @@ def test_contraction_of_computed_factors(dtype: DType) -> None:
     h = np.maximum(a.astype(np.float64) + c, 0)
     want = (-(h @ b)).astype(dtype.numpy)
     for max_elements in (ev.CHUNK_ELEMENTS, 8):
-        for device in (NumpyDevice(max_elements, threads=2, view_elements=max_elements),):
+        for device in (NumpyDevice(max_elements, threads=2, view_elements=max_elements, parallel_elements=0),):
             close(launch(device, k, [a, c, b])[0], want, dtype)
     close(evaluate(k, [a, c, b], view_elements=None)[0], want, dtype)
 
@@ -785,3 +786,84 @@ def test_contraction_epilogue_in_cache_sized_pieces() -> None:
     assert ev.CHUNK_ELEMENTS < 300 * 260 and len(list(plan(k).chunks())) == 1
     a, b, c = data((300, 3)), data((3, 260)), data((300,))
     close(launch(LibraryDevice(), k, [a, b, c])[0], np.maximum(a @ b - c[:, None], 0), F32)
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("batch", [None, 3])
+def test_matmul_writes_the_output_without_a_temporary(layout: str, batch: int | None) -> None:
+    """A pure contraction's matmul writes into the output array: nothing of the output's size is allocated."""
+    k = matmul(layout, 256, 384, 64, batch=batch)
+    xs, want = operands(k, layout)
+    blas = LibraryDevice(threads=1)
+    compiled = blas.compile(k)
+    (out,) = [blas.alloc(t) for t in k.output_types]
+    tracemalloc.start()
+    try:
+        blas.launch(compiled, xs, [out])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < out.nbytes / 2
+    close(out, want.astype(np.float32), F32)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("epilogue", ["twice", "where", "cast"])
+def test_epilogue_in_place_over_the_matmul(threads: int, epilogue: str) -> None:
+    """Epilogues that read the reduce value more than once, or write the output through a ``Where``, over
+    several pieces: the in-place run over the matmul's result leaves them exact."""
+    mm = matmul("NN", 300, 260, 3)
+    g1 = mm.vars[1]
+    acc = Acc(F32)
+    a, b = data((300, 3)), data((3, 260))
+    h = a.astype(np.float64) @ b
+    if epilogue == "twice":  # acc * relu(-acc) + acc
+        out = Op("add", (Op("mul", (acc, Op("relu", (Op("neg", (acc,), F32),), F32)), F32), acc), F32)
+        want = h * np.maximum(-h, 0) + h
+    elif epilogue == "where":  # acc where g1 < 100, else 2 * acc
+        out = Where((Bound(var(g1), 0, 100),), acc, Op("add", (acc, acc), F32), F32)
+        want = np.where(np.arange(260) < 100, h, 2 * h)
+    else:  # a float64 output: the matmul cannot write it
+        out = Op("cast", (Op("neg", (acc,), F32),), DType.F64)
+        want = -h
+    k = Kernel(mm.inputs, mm.shape, mm.vars, mm.reduce, (out,))
+    assert len(list(plan(k).chunks())) == 1 and ev.CHUNK_ELEMENTS < 300 * 260
+    (got,) = launch(LibraryDevice(threads=threads, parallel_elements=0), k, [a, b])
+    close(got, want.astype(got.dtype), F32)
+
+
+def test_computed_factors_take_their_inputs_layout() -> None:
+    """A factor computed from a row-major ``[m, k]`` input is laid out ``[m, k]``; from a ``[k, m]`` one, ``[k, m]``."""
+    for stored_km in (False, True):
+        g0, g1, r = Var("g0", 5), Var("g1", 6), Var("r0", 7)
+        index = add(scale(var(r), 5), var(g0)) if stored_km else add(scale(var(g0), 7), var(r))
+        fa = Op("exp2", (Load(0, index, 35, F32),), F32)
+        fb = Load(1, add(scale(var(r), 6), var(g1)), 42, F32)
+        k = Kernel((Buffer((35,), F32), Buffer((42,), F32)), (5, 6), (g0, g1), Reduce("sum", (r,), Op("mul", (fa, fb), F32)),
+                   (Acc(F32),))
+        p = plan(k)
+        assert p.factors is not None
+        assert ev._factor_order(p, fa, p.spans[fa]) == ([2, 0] if stored_km else [0, 2])
+        x, w = data((35,)), data((42,))
+        am = np.exp2(x.astype(np.float64)).reshape((7, 5) if stored_km else (5, 7))
+        want = (am.T if stored_km else am) @ w.reshape(7, 6)
+        close(launch(NumpyDevice(), k, [x, w])[0], want.astype(np.float32), F32)
+
+
+def test_a_kernel_is_planned_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiling again (every execution does), checking support and estimating reuse one plan per kernel key."""
+    calls = []
+    monkeypatch.setattr("engine.devices.numpy_device.plan", lambda *a: calls.append(a) or plan(*a))
+    k = matmul("NT")
+    blas = LibraryDevice()
+    for _ in range(3):
+        blas.compile(k)
+        blas.estimate(k)
+    assert blas.supports(matmul("NT")) and len(calls) == 1
+
+
+def test_small_kernels_run_on_one_thread() -> None:
+    dev = NumpyDevice(threads=4)
+    small, big = matmul("NN", 8, 8, 8), matmul("NN", 128, 128, 128)
+    assert (dev.threads_for(small), dev.threads_for(big)) == (1, 4)
+    assert NumpyDevice(threads=4, parallel_elements=0).threads_for(small) == 4

@@ -7,11 +7,16 @@ the elementwise work bigger), and the same movement on every
 operand *hoists* above the op (``f(m(a), m(b)) = m(f(a, b))``), which also puts
 a broadcast scalar computation under a single expand.  A growing pad sinks only
 through ops that map its value to itself (``relu(0) = 0``), compared bit for bit.
+
+A long reduce *splits* in two (``sum(x) = sum(sum(reshape(x, [G, N/G]), 1), 0)``),
+so a kernel with ``G`` outputs can share the work before a short final reduce.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
+from math import isqrt, prod
 
 import numpy as np
 
@@ -71,6 +76,30 @@ def _composed_pad(egraph: EGraph, m: Match) -> TermLike:
     return T("pad", m["x"], param=(pads, value))
 
 
+SPLIT_MIN_EXTENT = 1 << 16
+"""Reduces over at least this many elements are split."""
+SPLIT_MIN_FACTOR = 256
+"""Both reduces of a split reduce at least this many elements."""
+SPLIT_MAX_OUTPUTS = 1024
+"""Reduces with more outputs are not split: one work-group per output already fills a GPU."""
+
+
+@cache
+def split_factor(n: int) -> int | None:
+    """The largest divisor ``g`` of ``n`` with ``SPLIT_MIN_FACTOR <= g <= n // g`` (None if there is none)."""
+    return next((g for g in range(isqrt(n), SPLIT_MIN_FACTOR - 1, -1) if n % g == 0), None)
+
+
+def _split_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``shape`` with its reduced axes (a contiguous run) reshaped to ``(G, N / G)``, if the reduce is split."""
+    first, last = min(axes), max(axes)
+    if sorted(axes) != list(range(first, last + 1)):
+        return None
+    n = prod(shape[first:last + 1])
+    g = split_factor(n) if n >= SPLIT_MIN_EXTENT and prod(shape) // n <= SPLIT_MAX_OUTPUTS else None
+    return None if g is None else (*shape[:first], g, n // g, *shape[last + 1:])
+
+
 def _reduce_rules(op: str) -> list[Rule]:
     a, b = Param("a"), Param("b")
 
@@ -93,8 +122,18 @@ def _reduce_rules(op: str) -> list[Rule]:
             inner[k] = kept[m["p"][i]]
         return T(op, T("permute", m["x"], param=tuple(inner)), param=m["a"])
 
+    def splits(egraph: EGraph, m: Match) -> bool:
+        return bool(m["a"]) and _split_shape(_shape(egraph, m), m["a"]) is not None
+
+    def split(egraph: EGraph, m: Match) -> TermLike:
+        first = min(m["a"])
+        shape = _split_shape(_shape(egraph, m), m["a"])
+        return T(op, T(op, T("reshape", m["x"], param=shape), param=(first + 1,)), param=(first,))
+
     return [
         rewrite(f"{op}-{op}", P(op, P(op, x, param=a), param=b), fused, doc=f"{op} over a then b = one {op}"),
+        rewrite(f"{op}-split", P(op, x, param=a), split, splits,
+                doc=f"a long {op} over N elements = a {op} over G of {op}s over N/G (G near sqrt(N), both >= 256)"),
         rewrite(f"{op}-ones", P(op, x, param=a), as_reshape, over_ones, doc="reducing size-1 axes is a reshape"),
         rewrite(f"permute-{op}", P("permute", P(op, x, param=a), param=p), permute_inside,
                 doc=f"permuting a {op} = {op} of the permuted input"),
