@@ -150,7 +150,7 @@ def _runs(path: Path, half: bool) -> bool:
 def _probe(path: str, directory: Path) -> Compiler | str:
     version = _version(path)
     if version is None:
-        return f"{path} --version failed"
+        return f"the C compiler {path} does not work ({path} --version failed)"
     last = ""
     for flags, libs, threads, simd in CONFIGS:
         compiler = Compiler(path, version, flags, libs, threads, simd)
@@ -163,7 +163,7 @@ def _probe(path: str, directory: Path) -> Compiler | str:
                 return Compiler(path, version, flags, libs, threads, simd, half)
         except (NativeBuildError, OSError) as e:
             last = str(e).splitlines()[-1] if str(e).strip() else type(e).__name__
-    return f"{path} cannot build a test kernel ({last})"
+    return f"the C compiler {path} cannot build a test kernel ({last})"
 
 
 def find_compiler(directory: Path | None = None) -> Compiler | str:

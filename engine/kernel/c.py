@@ -26,8 +26,9 @@ vector loads and stores are left to the compiler's vectoriser. The function's lo
 Variants (``engine.devices.base.Variant``), read for a CPU:
 
 * ``upcast``/``tile``: lanes as in OpenCL (a register tile: loads shared by lanes are issued once);
-* ``unroll`` > 1: the innermost reduce loop is ``#pragma omp simd reduction`` (vector partial
-  accumulators: reassociated, like a group reduce) unrolled ``unroll`` times;
+* ``unroll`` 4: the innermost reduce loop is ``#pragma omp simd reduction`` (vector partial
+  accumulators: reassociated, like a group reduce); other factors are refused (they would be the same code:
+  gcc takes no unroll pragma on an ``omp simd`` loop);
 * ``group`` > 1: each point's flattened reduce is cut into ``group`` contiguous pieces computed in
   parallel (vectorised) into a scratch array, then combined in order (for few, long reduces);
 * ``local_size`` L: chunks of about ``L * CHUNK_STEPS`` loop steps handed out dynamically (threads that
@@ -52,6 +53,8 @@ from engine.program.dtypes import DType
 
 PARALLEL_STEPS = 1 << 16
 """Kernels of fewer loop steps (points times reduce length) run on the calling thread alone."""
+VECTOR_UNROLL = 4
+"""The ``unroll`` that means a vectorised (reassociated) reduce loop."""
 CHUNK_STEPS = 1024
 """Loop steps per unit of ``local_size`` in a dynamically scheduled chunk."""
 
@@ -103,6 +106,8 @@ def native_variant_error(kernel: Kernel, variant: Variant) -> str | None:
     if error is not None:
         return error
     red = kernel.reduce
+    if variant.unroll not in (1, VECTOR_UNROLL):
+        return f"unroll {variant.unroll}: a reduce is vectorised (unroll {VECTOR_UNROLL}) or kept in order (1)"
     if variant.group > 1 and (not red.vars or variant.group > red.size):  # type: ignore[union-attr]
         return f"group {variant.group} exceeds the reduce's {red.size} steps"  # type: ignore[union-attr]
     if variant.unroll > 1 and red is not None and red.op == "max" and red.dtype == DType.F16:
@@ -144,7 +149,6 @@ class CEmitter(_Emitter):
     def loop(self, v: Var, indent: str, start: str = "0", step: int = 1) -> str:
         if v == self.simd_loop:
             self.lines.append(f"{indent}#pragma omp simd reduction({self.reduction_clause()})")
-            self.lines.append(f"{indent}#pragma GCC unroll {self.native.unroll}")
         return super().loop(v, indent, start, step)
 
     def reduction_clause(self, lanes_: int | None = None) -> str:
