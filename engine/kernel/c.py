@@ -108,10 +108,8 @@ def native_variant_error(kernel: Kernel, variant: Variant) -> str | None:
     red = kernel.reduce
     if variant.unroll not in (1, VECTOR_UNROLL):
         return f"unroll {variant.unroll}: a reduce is vectorised (unroll {VECTOR_UNROLL}) or kept in order (1)"
-    if variant.group > 1 and (not red.vars or variant.group > red.size):  # type: ignore[union-attr]
-        return f"group {variant.group} exceeds the reduce's {red.size} steps"  # type: ignore[union-attr]
-    if variant.unroll > 1 and red is not None and red.op == "max" and red.dtype == DType.F16:
-        return "no vector max of half"
+    if variant.group > 1 and red is not None and (not red.vars or variant.group > red.size):
+        return f"group {variant.group} exceeds the reduce's {red.size} steps"
     return None
 
 
