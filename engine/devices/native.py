@@ -349,6 +349,14 @@ def _source(items: tuple[tuple[Kernel, Variant], ...], threads: int, half: bool,
     return source(list(items), threads, half, simd_math)
 
 
+def generate(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> str:
+    """The C source this process's native device builds for ``kernel`` in ``variant`` (for the explorer)."""
+    found = find_compiler()
+    if isinstance(found, str):
+        raise NativeBuildError(found)
+    return NativeDevice(found).source([(kernel, variant)])
+
+
 def discover(threads: int | None = None) -> tuple[list[NativeDevice], str | None]:
     """The native device, or none and a one-line note saying why (never an error)."""
     try:

@@ -113,13 +113,13 @@ def test_sample_plan_on_native(device, name):
     assert {s.device for s in compilation.plan.launches()} == {"native"}
 
 
-@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_programs_suggested_variants(built):
     assert_verified(compile_program(built.program, [_native()], PREDICTED))
 
 
-@settings(max_examples=40, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(programs())
 def test_random_programs_default_variants(built):
     d = _native()
@@ -201,6 +201,14 @@ def test_native_device_is_tunable(device):
     assert all(t.status == "ok" for t in result.trials), [t.reason for t in result.trials if t.status != "ok"]
     assert device.predict(k, Variant(group=64)) < device.predict(k, DEFAULT_VARIANT)
     assert 0 < device.estimate(k) <= device.predict(k, DEFAULT_VARIANT) and device.transfer_estimate(1 << 20) == 0
+
+
+def test_explorer_source(device):
+    from engine.devices.native import generate
+
+    k = big_kernels()["row_sum"]
+    assert generate(k, Variant(unroll=4)) == device.source([(k, Variant(unroll=4))])
+    assert "int k_" in generate(k) and "reduction(+:acc0)" in generate(k, Variant(unroll=4))
 
 
 def test_unsupported_and_invalid(device):
