@@ -177,6 +177,7 @@ def find_compiler(directory: Path | None = None) -> Compiler | str:
 
 
 def default_threads() -> int:
+    """The cores this process may run on, at most 8 (as the numpy device)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

@@ -170,7 +170,8 @@ class CEmitter(_Emitter):
             chunk = max(self.native.local_size * CHUNK_STEPS // per_point, 1)
             return chunk, -(-n // chunk), True
         chunk = -(-n // self.threads)
-        chunk = -(-chunk // 16) * 16  # multiples of a vector of floats
+        if n >= 16 * self.threads:
+            chunk = -(-chunk // 16) * 16  # multiples of a vector of floats
         return chunk, -(-n // chunk), False
 
     def indent(self, start: int, depth: int) -> None:

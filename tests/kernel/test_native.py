@@ -182,6 +182,10 @@ def test_source_shapes(device):
     assert "schedule(dynamic, 1)" in src
     tiny = Kernel((Buffer((8,), F32),), (8,), (Var("g0", 8),), None, (Load(0, var(Var("g0", 8)), 8, F32),))
     assert "omp parallel" not in source([(tiny, DEFAULT_VARIANT)], 2, True, True)  # too small for threads
+    g0, r0 = Var("g0", 4), Var("r0", 1 << 15)  # four long reduces: two points per thread
+    few = Kernel((Buffer((4, 1 << 15), F32),), (4,), (g0,),
+                 Reduce("sum", (r0,), Load(0, add(scale(var(g0), 1 << 15), var(r0)), 1 << 17, F32)), (Acc(F32),))
+    assert "omp parallel for" in source([(few, DEFAULT_VARIANT)], 2, True, True)
 
 
 def test_vector_math_from_libmvec(device, tmp_path):
