@@ -33,11 +33,13 @@ import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
 from engine.fileio import write_atomic
-from engine.kernel.c import PARALLEL_STEPS, native_variant_error, source, uses_half
+from engine.kernel.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel
 from engine.kernel.opencl import UnsupportedKernelError, check, function_name
 
+CACHE_LINE = 64
+"""Bytes a strided load brings in."""
 ENV = "ZYX_EXPLORE_CC"
 """Environment variable naming the C compiler (a command on PATH or a path)."""
 CANDIDATES = ("cc", "gcc", "clang")
@@ -334,7 +336,9 @@ class NativeDevice:
         vector = red is None or not red.vars or variant.unroll > 1 or split
         bandwidth = self.bandwidth if parallel > 1 else self.single_bandwidth
         ops = self.throughput * (self.lanes if vector else 1) * max(parallel, 1)
-        return self.launch_overhead + max(w.bytes / bandwidth, w.ops / ops)
+        # strided reduce loads read a cache line each; lanes of an upcast or tile share their lines
+        lines = steps * strided_loads(kernel) / min(variant.upcast * variant.tile, CACHE_LINE // 4)
+        return self.launch_overhead + max((w.bytes + lines * CACHE_LINE) / bandwidth, w.ops / ops)
 
     def estimate(self, kernel: Kernel) -> float:
         """The best ``predict`` of the default, a vectorised reduce and a split reduce (the tuner measures)."""

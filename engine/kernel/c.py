@@ -46,7 +46,7 @@ from dataclasses import replace
 
 from engine.devices.base import Variant
 from engine.kernel.index import Var
-from engine.kernel.ir import Kernel, schedule
+from engine.kernel.ir import Kernel, Load, schedule
 from engine.kernel.lanes import Lanes, dependent, flat_reduce, lanes, rewrite, unroll
 from engine.kernel.opencl import COMPUTE, STORAGE, _Emitter, check, function_name, program_source, variant_error
 from engine.program.dtypes import DType
@@ -108,9 +108,29 @@ def native_variant_error(kernel: Kernel, variant: Variant) -> str | None:
     red = kernel.reduce
     if variant.unroll not in (1, VECTOR_UNROLL):
         return f"unroll {variant.unroll}: a reduce is vectorised (unroll {VECTOR_UNROLL}) or kept in order (1)"
+    if variant.unroll > 1 and strided_loads(kernel):
+        return "unroll 4 vectorises the reduce loop: it has strided loads (gathers)"
     if variant.group > 1 and red is not None and (not red.vars or variant.group > red.size):
         return f"group {variant.group} exceeds the reduce's {red.size} steps"
     return None
+
+
+def strided_loads(kernel: Kernel) -> int:
+    """Loads of the reduce body that do not step by 0 or 1 element along the innermost reduce variable.
+
+    Each of their reads touches its own cache line (a matmul's column operand): the loop nest's real cost.
+    """
+    red = kernel.reduce
+    if red is None or not red.vars:
+        return 0
+    last = red.vars[-1]
+    count = 0
+    for e in schedule([red.body]):
+        if isinstance(e, Load) and last in e.index.variables():
+            step = sum(c for atom, c in e.index.terms if atom == last)
+            affine = all(isinstance(atom, Var) or last not in atom.num.variables() for atom, _ in e.index.terms)
+            count += not (affine and abs(step) == 1)
+    return count
 
 
 def reduction(dtype: DType, op: str) -> str:

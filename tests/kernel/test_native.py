@@ -207,6 +207,16 @@ def test_native_device_is_tunable(device):
     assert 0 < device.estimate(k) <= device.predict(k, DEFAULT_VARIANT) and device.transfer_estimate(1 << 20) == 0
 
 
+def test_strided_reduce_loads(device):
+    """A matmul's column operand: not vectorised (gathers), predicted by cache lines, lanes sharing them."""
+    from engine.kernel.c import strided_loads
+
+    mm, rows = variant_kernels()["matmul_odd"], big_kernels()["row_sum"]
+    assert strided_loads(mm) == 1 and strided_loads(rows) == 0
+    assert "strided" in device.variant_error(mm, Variant(unroll=4)) and device.variant_error(rows, Variant(unroll=4)) is None
+    assert device.predict(mm, Variant(upcast=4)) < device.predict(mm, DEFAULT_VARIANT)
+
+
 def test_explorer_source(device):
     from engine.devices.native import generate
 
@@ -259,7 +269,7 @@ def test_compile_cache_hit_on_second_compile(device, tmp_path):
     second = NativeDevice(device.compiler, device.threads, tmp_path)  # another process, the same folder
     second.compile(k)
     assert second.builds == 0
-    items = [(k, Variant(upcast=2)), (k, Variant(unroll=4)), (k, Variant(upcast=4, tile=2))]
+    items = [(k, Variant(upcast=2)), (k, Variant(group=16)), (k, Variant(upcast=4, tile=2))]
     second.compile_many(items)
     assert second.builds == 1  # one compiler call for the three
     for kernel, v in items:
