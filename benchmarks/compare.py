@@ -1,9 +1,10 @@
 """Our plans side by side with numpy eager, tinygrad and torch: ``python benchmarks/compare.py [SAMPLE ...]``.
 
 CPU mode (default; samples: every full-size sample graph).  For each sample it
-compiles two plans, tuned without the disk cache: ``host`` (numpy and BLAS
-devices) and ``all`` (those plus every OpenCL device found, e.g. PoCL;
-extraction chooses), verifies each against the reference once, then times
+compiles three plans, tuned without the disk cache: ``host`` (numpy and BLAS
+devices), ``native`` (those plus the native C device, when a C compiler works)
+and ``all`` (those plus every OpenCL device found, e.g. PoCL; extraction
+chooses), verifies each against the reference once, then times
 ``engine.plan.execute`` (transfers included, compile and tuning excluded),
 best of ``--repeats`` after a warm-up, next to numpy eager (the reference
 interpreter: one numpy call per primitive op, matmuls through einsum/BLAS).
@@ -37,6 +38,7 @@ import sample_graphs
 from engine import Init, Program, Tensor, from_tensors, load
 from engine.devices import LibraryDevice, NumpyDevice
 from engine.devices.base import Device
+from engine.devices.native import discover as native_devices
 from engine.pipeline import Options, compile_program, run
 from engine.plan import Launch, execute
 from engine.program.primitives import PrimGraph
@@ -254,13 +256,17 @@ def cpu_mode(args: argparse.Namespace, budget: Budget) -> None:
     copy = numpy_copy_bandwidth()
     print(f"numpy copy of 256 MiB: {copy / 1e9:.1f} GB/s (read + write)\n")
     host = [NumpyDevice(), LibraryDevice()]
-    every = host + [d for d in opencl_devices() if args.device in d.name]
+    found, note = native_devices()
+    if note:
+        print(note)
+    native = host + found
+    every = native + [d for d in opencl_devices() if args.device in d.name]
     print("devices:", ", ".join(d.name for d in every), "\n")
     tg = [("tinygrad CPU", "CPU", 0), ("tinygrad CL", "CL", 0)] if args.tinygrad else []
     if args.tinygrad and args.beam:
         tg.append((f"tinygrad CPU BEAM={args.beam}", "CPU", args.beam))
-    head = ["sample", "numpy eager ms", "host plan ms", "x eager", "all plan ms", "x eager", "all kernels",
-            "GB/s (copy %)", "tune s host/all"] + [f"{name} ms" for name, _, _ in tg] + ["best/tinygrad"] * bool(tg)
+    head = ["sample", "numpy eager ms", "host plan ms", "x eager", "native plan ms", "x eager", "native kernels",
+            "all plan ms", "x eager", "all kernels", "GB/s (copy %)", "tune s host/native/all"] + [f"{name} ms" for name, _, _ in tg] + ["best/tinygrad"] * bool(tg)
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
     for name in args.samples:
@@ -269,12 +275,15 @@ def cpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         inputs = program.input_values()
         eager = best_of(lambda g=graph, i=inputs: evaluate(g, i), args.repeats)
         a = measure_plan(program, host, inputs, budget, args.repeats, kernels_only=False)
+        n = measure_plan(program, native, inputs, budget, args.repeats, kernels_only=False)
         b = measure_plan(program, every, inputs, budget, args.repeats, kernels_only=False)
-        best = min(a.seconds, b.seconds)
+        best = min(a.seconds, n.seconds, b.seconds)
         bw = io_bytes(program) / best
         row = [name, ms(eager), ms(a.seconds) + a.note, ratio(eager, a.seconds),
+               ms(n.seconds) + n.note, ratio(eager, n.seconds), n.kernels,
                ms(b.seconds) + b.note, ratio(eager, b.seconds), b.kernels,
-               f"{bw / 1e9:.1f} ({100 * bw / copy:.0f}%)", f"{a.tune_seconds:.1f}/{b.tune_seconds:.1f}"]
+               f"{bw / 1e9:.1f} ({100 * bw / copy:.0f}%)",
+               f"{a.tune_seconds:.1f}/{n.tune_seconds:.1f}/{b.tune_seconds:.1f}"]
         peer = []
         for _, device, beam in tg:
             seconds, capture, error = tinygrad_time(graph, inputs, device, args.repeats, beam)
@@ -285,6 +294,9 @@ def cpu_mode(args: argparse.Namespace, budget: Budget) -> None:
             found = [s for s in peer if s is not None]
             row.append(ratio(min(found), best) if found else "-")
         print("| " + " | ".join(row) + " |", flush=True)
+        if args.verbose:
+            for label, m in (("host", a), ("native", n), ("all", b)):
+                print(f"  {label}: " + "\n    ".join(m.details))
     if "matmul" in args.samples:
         program = load(sample_graphs.path("matmul"))
         ins = program.input_values()

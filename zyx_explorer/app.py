@@ -177,8 +177,11 @@ class ExplorerApp(App):
         try:
             devices = self.devices
             if devices is None:
+                notes: list[str] = []
                 try:
-                    devices = discover()
+                    devices = discover(notes=notes)
+                    for note in notes:  # e.g. no C compiler: no native device
+                        self.call_from_thread(self.notify, note, title="Devices", severity="warning")
                 except Exception as e:  # no OpenCL runtime: numpy and BLAS only
                     self.call_from_thread(self.notify, f"OpenCL unavailable: {e}", title="Devices", severity="warning")
                     devices = discover(opencl=False)

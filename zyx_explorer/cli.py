@@ -85,7 +85,19 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                        help="variants timed per kernel and device at most (default 12)")
     group.add_argument("--extractor", choices=["dag", "greedy", "ilp"], default="dag",
                        help="dag (default: shared kernels counted once), greedy (tree cost) or ilp (exact, small graphs)")
-    group.add_argument("--no-opencl", action="store_true", help="only the numpy and BLAS devices")
+    group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices (numpy, BLAS and native only)")
+    group.add_argument("--no-native", action="store_true", help="no native C device (it needs a C compiler)")
+
+
+def _devices(args: argparse.Namespace, err: Console) -> list:
+    """The devices the options allow; why one kind is missing (no C compiler) is printed as a note."""
+    from engine.devices import discover
+
+    notes: list[str] = []
+    devices = discover(opencl=not args.no_opencl, native=not args.no_native, notes=notes)
+    for note in notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
+    return devices
 
 
 def _options(args: argparse.Namespace):
@@ -354,7 +366,6 @@ def _parse_export(argv: Sequence[str]) -> argparse.Namespace:
 
 def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     """``export``: compile the file and write its stages and the report into the output folder."""
-    from engine.devices import discover
     from engine.export import ExportOptions, export_all
     from engine.pipeline import compile_program
 
@@ -367,7 +378,7 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
         return EXIT_BAD_INPUT
     program = load(args.file)
     with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
-        compilation = compile_program(program, discover(opencl=not args.no_opencl), _options(args))
+        compilation = compile_program(program, _devices(args, err), _options(args))
     assert compilation.egraph is not None
     if args.neighbourhood is not None and args.neighbourhood >= compilation.egraph.num_added:
         err.print(f"[bold red]error[/bold red]: --neighbourhood c{args.neighbourhood}: no such class "
@@ -423,7 +434,6 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     """``serialize``: compile up to ``--stage`` and write that e-graph as egraph-serialize JSON."""
     import json
 
-    from engine.devices import discover
     from engine.fileio import write_atomic
     from engine.interop import egraph_document, problem_document
     from engine.pipeline import compile_stages
@@ -434,7 +444,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     program = load(args.file)
     options = _options(args)
     with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
-        for c in compile_stages(program, discover(opencl=not args.no_opencl), options):
+        for c in compile_stages(program, _devices(args, err), options):
             if c.stage == args.stage:
                 break
     assert c.egraph is not None
@@ -498,10 +508,10 @@ def _explore(args: argparse.Namespace) -> int:
         ForeignApp(foreign, path).run()
         return 0
     program = load(path)  # load before the UI starts: a bad file exits 2 with its message
-    from engine.devices import discover
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
-    devices = discover(opencl=False) if args.no_opencl else None  # None: the app discovers them in its worker
+    restricted = args.no_opencl or args.no_native
+    devices = _devices(args, Console(stderr=True)) if restricted else None  # None: the app discovers them
     ExplorerApp(program, path, devices=devices, options=_options(args)).run()
     return 0
 

@@ -294,12 +294,14 @@ def generate(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> str:
     return program_source([(kernel, variant)])
 
 
-def program_source(items: list[tuple[Kernel, Variant]]) -> str:
+def program_source(items: list[tuple[Kernel, Variant]], emitter: Callable[[Kernel, Variant], _Emitter] | None = None
+                   ) -> str:
     """One program holding the kernel functions of ``items`` (built together: a build costs ~0.3 s on PoCL).
 
-    Their names must differ; pragmas and helper functions are emitted once.
+    Their names must differ; pragmas and helper functions are emitted once.  ``emitter`` makes each
+    function's emitter (default ``_Emitter``; the C backend passes its subclass).
     """
-    parts = [_Emitter(kernel, variant).parts() for kernel, variant in items]
+    parts = [(emitter or _Emitter)(kernel, variant).parts() for kernel, variant in items]
     names = [function_name(kernel, variant) for kernel, variant in items]
     assert len(set(names)) == len(names), "one program cannot hold two functions of one name"
     head = dict.fromkeys(line for lines, _ in parts for line in lines)
@@ -369,6 +371,9 @@ def _indices(kernel: Kernel) -> list[Idx]:
 
 class _Emitter:
     """Builds the source of one kernel (names of temporaries, helper functions, lines)."""
+
+    vectors = True
+    """Whether runs of loads and stores become ``vloadN``/``vstoreN`` (a C backend leaves that to its compiler)."""
 
     def __init__(self, kernel: Kernel, variant: Variant) -> None:
         error = variant_error(kernel, variant)
@@ -558,7 +563,7 @@ class _Emitter:
 
     def vector_loads(self, loads: list[Load], indent: str) -> list[Expr]:
         """Emit ``vloadN`` for runs of ``loads`` at consecutive offsets; name their lanes; returns the loads named."""
-        ok = [e for e in loads if not e.clamped and e.dtype in _VECTOR]
+        ok = [e for e in loads if not e.clamped and e.dtype in _VECTOR] if self.vectors else []
         named: list[Expr] = []
         for base, run in _runs([((e.input, e.dtype), e.index, e) for e in ok]):
             if len(run) < 2:
@@ -915,6 +920,11 @@ class _Emitter:
                 self.tiled_reduce(plan, bodies) if self.variant.smem else self.reduce(bodies)
             if self.late_guard:
                 self.lines.append(self.late_guard)
+        self.finish(plan)
+
+    def finish(self, plan: Lanes) -> None:
+        """The outputs of every lane of ``plan`` (``acc<lane>`` standing for the reduce) and their stores."""
+        k = self.kernel
         outputs = [rewrite(list(k.outputs), lane.subst, LaneAcc(i, k.reduce.dtype) if k.reduce else None)
                    for i, lane in enumerate(plan.lanes)]
         for i in range(len(plan.lanes)):
@@ -931,7 +941,7 @@ class _Emitter:
             index = flatten([lane.subst.get(v, var(v)) for v in k.vars], k.shape)
             items.append(((bool(lane.guards), id(lane) if lane.guards else 0), index, (lane, self.names[e])))
         for base, run in _runs(items):
-            if len(run) > 1 and dtype != DType.BOOL:
+            if len(run) > 1 and dtype != DType.BOOL and self.vectors:
                 vec = f"({COMPUTE[dtype]}{len(run)})({', '.join(name for _, name in run)})"
                 fn = f"vstore_half{len(run)}_rte" if dtype == DType.F16 else f"vstore{len(run)}"
                 self.lines.append(f"  {fn}({vec}, 0, {buf} + ({self.index(base)}));")

@@ -76,7 +76,10 @@ def _vector_count(loads: list[Load]) -> float:
 
 
 def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
-    """Predicted seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
+    """Predicted seconds of one launch of ``kernel`` in ``variant`` on ``device`` (its own ``predict`` if it has one)."""
+    own = getattr(device, "predict", None)
+    if own is not None:
+        return own(kernel, variant)
     nominal = getattr(device, "nominal", None)
     if nominal is None or kernel.numel == 0:
         return device.estimate(kernel)

@@ -139,7 +139,9 @@ class _Search:
         """Build ``candidates`` together, then verify and time each until the budget runs out."""
         batch = getattr(self.device, "compile_many", None)
         room = self.budget.variants - len(self.trials)
-        candidates = [v for v in candidates if v not in self.trials][: max(room, 0)]
+        refuses = getattr(self.device, "variant_error", None)  # variants the device cannot run are not tried
+        candidates = [v for v in candidates if v not in self.trials
+                      and (refuses is None or refuses(self.kernel, v) is None)][: max(room, 0)]
         if batch is not None and len(candidates) > 1 and not self.stop():
             with contextlib.suppress(Exception):  # each variant's own compile() below records the failure
                 batch([(self.kernel, v) for v in candidates])

@@ -18,7 +18,7 @@ SAMPLE = str(sample_graphs.path("mlp.small"))
 @pytest.fixture
 def host_devices(monkeypatch):
     """Compile for numpy and BLAS only: quick, and the same on every machine."""
-    monkeypatch.setattr(engine.devices, "discover", lambda opencl=True: [NumpyDevice(), LibraryDevice()])
+    monkeypatch.setattr(engine.devices, "discover", lambda opencl=True, **_: [NumpyDevice(), LibraryDevice()])
 
 
 def test_export_writes_one_file_per_stage_and_the_reports(tmp_path, capsys):

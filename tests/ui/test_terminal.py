@@ -50,7 +50,7 @@ class Terminal:
 
 def test_a_person_opens_the_mlp_looks_at_every_pane_and_quits():
     command = (f"env -u COLUMNS -u LINES PYTHONPATH={ROOT} {sys.executable} -m zyx_explorer sample_graphs/mlp.small.json "
-               "--no-tune --no-opencl; echo app exited with $?; sleep 60")
+               "--no-tune --no-opencl --no-native; echo app exited with $?; sleep 60")
     term = Terminal(command)
     try:
         screen = term.wait_for("executed ✓", "done in", "x = input: [8, 16] f32")

@@ -1,4 +1,4 @@
-"""The source pane: the kernel IR and the OpenCL C of the selected kernel variant, syntax highlighted."""
+"""The source pane: the kernel IR and the OpenCL C (or native C) of the selected kernel variant, highlighted."""
 
 from __future__ import annotations
 
@@ -36,16 +36,22 @@ class SourceView(Static):
                              ", ".join(f"c{i}" for i in cand.inputs) or "nothing", f", root form n{cand.root}\n")
         for device, s in times.items():
             head.append(f"  {device}: {seconds_text(s)}\n", "cyan")
-        title = "OpenCL C"
+        native = variant is not None and variant[0] == "native"
+        title = "C (native)" if native else "OpenCL C"
         if variant is not None:
             which = "launched by the plan" if variant == launched else "highlighted in costs"
             title += f" of variant {variant[1]} on {variant[0]} ({which})"
         try:
-            self.opencl_source = opencl.generate(cand.kernel, variant[1]) if variant else opencl.generate(cand.kernel)
+            if native:
+                from engine.devices import native as c
+
+                self.opencl_source = c.generate(cand.kernel, variant[1])
+            else:
+                self.opencl_source = opencl.generate(cand.kernel, variant[1]) if variant else opencl.generate(cand.kernel)
             c_code: RenderableType = Syntax(self.opencl_source, "c", theme=theme, line_numbers=True, word_wrap=True)
         except Exception as e:  # an unsupported kernel or variant is shown, not raised
             self.opencl_source = ""
-            c_code = Text(f"no OpenCL C: {e}", "yellow")
+            c_code = Text(f"no {title}: {e}", "yellow")
         ir = Syntax(str(cand.kernel), "python", theme=theme, word_wrap=True)
         self.update(Group(head, Text("kernel IR", "bold underline"), ir, Text(""),
                           Text(title, "bold underline"), c_code))

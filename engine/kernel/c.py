@@ -1,0 +1,317 @@
+"""C code generation for the native CPU device: one ``Kernel`` becomes one C function over all of its points.
+
+This is a departure from DESIGN.md, which names two executors (numpy and OpenCL). On a CPU neither
+reaches the memory floor: the numpy device makes a pass over memory per op, and PoCL's work items
+vectorise badly (an exp chain over 16M floats: numpy device 61 ms, PoCL ~85 ms, tinygrad's clang
+backend 23 ms, the floor ~9 ms). Here each kernel is compiled by the system C compiler and runs in
+place on the host's numpy arrays (``engine.devices.native``).
+
+The expressions come from the OpenCL emitter (``engine.kernel.opencl._Emitter``): OpenCL C's scalar
+subset is C once the preamble below names ``half``, ``uchar``, ``max``, ``vload_half`` and kin and
+``<tgmath.h>`` makes ``exp2``/``sqrt``/... type-generic. Only the work-item prologue differs, and
+vector loads and stores are left to the compiler's vectoriser. The function's loops::
+
+    int k(const float* restrict in0, ..., float* restrict out0) {
+      #pragma omp parallel for ...          // chunks of the flat range of points, across threads
+      for (long c = 0; c < chunks; ++c)
+        for (long f = chunk start; f < chunk end;) {   // one row at a time
+          const int g0 = row / ...;                     // the outer variables of the row
+          #pragma omp simd                              // (no reduce: the points are independent)
+          for (int g1 = lo; g1 < end; ++g1) { reduce loop; outputs; stores }
+          f += end - lo;
+        }
+      return 0;
+    }
+
+Variants (``engine.devices.base.Variant``), read for a CPU:
+
+* ``upcast``/``tile``: lanes as in OpenCL (a register tile: loads shared by lanes are issued once);
+* ``unroll`` 4: the innermost reduce loop is ``#pragma omp simd reduction`` (vector partial
+  accumulators: reassociated, like a group reduce); other factors are refused (they would be the same code:
+  gcc takes no unroll pragma on an ``omp simd`` loop);
+* ``group`` > 1: each point's flattened reduce is cut into ``group`` contiguous pieces computed in
+  parallel (vectorised) into a scratch array, then combined in order (for few, long reduces);
+* ``local_size`` L: chunks of about ``L * CHUNK_STEPS`` loop steps handed out dynamically (threads that
+  other processes slow down take fewer); by default one static share per thread.
+
+Transcendentals are declared ``#pragma omp declare simd`` so gcc calls glibc's libmvec vector
+variants (at most 4 ulp, special values handled), with ``-fno-math-errno`` but no ``-ffast-math``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+
+from engine.devices.base import Variant
+from engine.kernel.index import Var
+from engine.kernel.ir import Kernel, Load, schedule
+from engine.kernel.lanes import Lanes, dependent, flat_reduce, lanes, rewrite, unroll
+from engine.kernel.opencl import COMPUTE, STORAGE, _Emitter, check, function_name, program_source, variant_error
+from engine.program.dtypes import DType
+
+PARALLEL_STEPS = 1 << 16
+"""Kernels of fewer loop steps (points times reduce length) run on the calling thread alone."""
+VECTOR_UNROLL = 4
+"""The ``unroll`` that means a vectorised (reassociated) reduce loop."""
+CHUNK_STEPS = 1024
+"""Loop steps per unit of ``local_size`` in a dynamically scheduled chunk."""
+
+SIMD_MATH = ("exp2f", "log2f", "sinf", "cosf", "exp2", "log2", "sin", "cos")
+"""Functions declared ``omp declare simd`` (libmvec has vector variants of each)."""
+
+PREAMBLE = """#include <tgmath.h>
+#include <stdbool.h>
+#include <limits.h>
+#include <stdlib.h>
+typedef unsigned char uchar;
+typedef unsigned short ushort;
+typedef unsigned int uint;
+typedef unsigned long ulong;
+#define max(a, b) ((a) > (b) ? (a) : (b))
+#define min(a, b) ((a) < (b) ? (a) : (b))
+#define vload_half(i, p) ((float)(p)[i])
+#define vstore_half_rte(x, i, p) ((p)[i] = (half)(x))
+#pragma omp declare reduction(zx_max_f : float : omp_out = (omp_out >= omp_in || isnan(omp_out)) ? omp_out : omp_in) \\
+  initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(zx_max_d : double : omp_out = (omp_out >= omp_in || isnan(omp_out)) ? omp_out : omp_in) \\
+  initializer(omp_priv = -INFINITY)
+"""
+
+HALF = "typedef _Float16 half;\n"
+"""Half storage, for compilers that have ``_Float16`` (gcc >= 12 and clang >= 15 on x86-64)."""
+
+
+def simd_declarations() -> str:
+    """``omp declare simd`` declarations of the transcendentals (libmvec's vector variants get called)."""
+    out = []
+    for name in SIMD_MATH:
+        t = "float" if name.endswith("f") else "double"
+        out.append(f"#pragma omp declare simd notinbranch\n{t} ({name})({t});\n")
+    for t, name in (("float", "powf"), ("double", "pow")):
+        out.append(f"#pragma omp declare simd notinbranch\n{t} ({name})({t}, {t});\n")
+    return "".join(out)
+
+
+def uses_half(kernel: Kernel) -> bool:
+    """Whether ``kernel`` reads, computes or writes f16."""
+    return any(b.dtype == DType.F16 for b in kernel.inputs) or any(
+        e.dtype == DType.F16 for e in schedule(kernel.exprs()))
+
+
+def native_variant_error(kernel: Kernel, variant: Variant) -> str | None:
+    """Why ``variant`` cannot apply to ``kernel`` on the native device, or None."""
+    error = variant_error(kernel, variant)
+    if error is not None:
+        return error
+    red = kernel.reduce
+    if variant.unroll not in (1, VECTOR_UNROLL):
+        return f"unroll {variant.unroll}: a reduce is vectorised (unroll {VECTOR_UNROLL}) or kept in order (1)"
+    if variant.unroll > 1 and strided_loads(kernel):
+        return "unroll 4 vectorises the reduce loop: it has strided loads (gathers)"
+    if variant.group > 1 and red is not None and (not red.vars or variant.group > red.size):
+        return f"group {variant.group} exceeds the reduce's {red.size} steps"
+    return None
+
+
+def strided_loads(kernel: Kernel) -> int:
+    """Loads of the reduce body that do not step by 0 or 1 element along the innermost reduce variable.
+
+    Each of their reads touches its own cache line (a matmul's column operand): the loop nest's real cost.
+    """
+    red = kernel.reduce
+    if red is None or not red.vars:
+        return 0
+    last = red.vars[-1]
+    count = 0
+    for e in schedule([red.body]):
+        if isinstance(e, Load) and last in e.index.variables():
+            step = sum(c for atom, c in e.index.terms if atom == last)
+            affine = all(isinstance(atom, Var) or last not in atom.num.variables() for atom, _ in e.index.terms)
+            count += not (affine and abs(step) == 1)
+    return count
+
+
+def reduction(dtype: DType, op: str) -> str:
+    """The OpenMP reduction identifier of a reduce (float max: a NaN-propagating declared reduction)."""
+    if dtype == DType.BOOL:
+        return "||"
+    if op == "sum":
+        return "+"
+    if dtype.is_int:
+        return "max"
+    return "zx_max_d" if dtype == DType.F64 else "zx_max_f"
+
+
+class CEmitter(_Emitter):
+    """The OpenCL emitter's expressions inside C loops over the kernel's points (see the module docstring)."""
+
+    vectors = False
+
+    def __init__(self, kernel: Kernel, variant: Variant, threads: int) -> None:
+        super().__init__(kernel, variant)
+        error = native_variant_error(kernel, variant)
+        assert error is None, error
+        self.native = variant
+        # the base emitter's unroll substitutes strided steps and its local size is a work-group; neither applies
+        self.variant = replace(variant, unroll=1, local_size=None)
+        self.threads = threads
+        red = kernel.reduce
+        self.steps = kernel.numel * max(red.size if red is not None else 1, 1)
+        self.simd_loop = unroll(red.vars[-1], 1)[0] if red is not None and red.vars and variant.unroll > 1 else None
+        """The innermost reduce loop's variable when that loop is vectorised (``unroll`` > 1)."""
+
+    # loops
+
+    def loop(self, v: Var, indent: str, start: str = "0", step: int = 1) -> str:
+        if v == self.simd_loop:
+            self.lines.append(f"{indent}#pragma omp simd reduction({self.reduction_clause()})")
+        return super().loop(v, indent, start, step)
+
+    def reduction_clause(self, lanes_: int | None = None) -> str:
+        red = self.kernel.reduce
+        assert red is not None
+        count = len(lanes(self.kernel, self.variant.upcast, self.variant.tile).lanes) if lanes_ is None else lanes_
+        return f"{reduction(red.dtype, red.op)}:{','.join(f'acc{i}' for i in range(count))}"
+
+    def parallel(self, count: int, dynamic: bool = False) -> None:
+        """``omp parallel for`` over the next loop of ``count`` iterations (when worth threads)."""
+        if count > 1 and self.threads > 1 and self.steps >= PARALLEL_STEPS:
+            schedule = "dynamic, 1" if dynamic else "static"
+            self.lines.append(f"  #pragma omp parallel for num_threads({self.threads}) schedule({schedule})")
+
+    def chunks(self, n: int) -> tuple[int, int, bool]:
+        """(points per chunk, chunks, dynamic) of a range of ``n`` points."""
+        if self.threads == 1 or self.steps < PARALLEL_STEPS:
+            return n, 1, False
+        per_point = max(self.steps // max(n, 1), 1)
+        if self.native.local_size is not None:
+            chunk = max(self.native.local_size * CHUNK_STEPS // per_point, 1)
+            return chunk, -(-n // chunk), True
+        chunk = -(-n // self.threads)
+        if n >= 16 * self.threads:
+            chunk = -(-chunk // 16) * 16  # multiples of a vector of floats
+        return chunk, -(-n // chunk), False
+
+    def indent(self, start: int, depth: int) -> None:
+        """Indent the lines from ``start`` on by ``depth`` levels (the base emitter writes at one level)."""
+        self.lines[start:] = [" " * (2 * depth) + line for line in self.lines[start:]]
+
+    def points(self, plan: Lanes, body: Callable[[], None]) -> None:
+        """The loops over ``plan``'s points around ``body()`` (which emits one point's lines)."""
+        outer = plan.outer
+        big = [v for v in outer if v.size > 1]
+        if not big:
+            body()
+            return
+        it = self.itype
+        last = big[-1]
+        n, s = math.prod(v.size for v in outer), last.size
+        chunk, count, dynamic = self.chunks(n)
+        self.parallel(count, dynamic)
+        self.lines += [f"  for (long c = 0; c < {count}; ++c) {{",
+                       f"    const long hi = min({n}L, (c + 1) * {chunk}L);",
+                       f"    for (long f = c * {chunk}L; f < hi;) {{"]
+        if n == s:
+            self.lines += ["      const long lo = f, end = hi;"]
+        else:
+            self.lines += [f"      const long o = f / {s}, lo = f - o * {s};",
+                           f"      const long end = min({s}L, lo + (hi - f));"]
+            start = len(self.lines)
+            self.decompose("o", tuple(v if v != last else replace(v, size=1) for v in outer))
+            self.indent(start, 2)
+        if self.kernel.reduce is None:
+            self.lines.append("      #pragma omp simd")
+        name = self.vars[last]
+        self.lines.append(f"      for ({it} {name} = lo; {name} < end; ++{name}) {{")
+        start = len(self.lines)
+        body()
+        self.indent(start, 3)
+        self.lines += ["      }", "      f += end - lo;", "    }", "  }"]
+
+    # the kernel
+
+    def body(self) -> None:
+        k = self.kernel
+        if k.numel == 0:
+            return
+        if self.native.group > 1:
+            self.split_reduce()
+            return
+        plan = lanes(k, self.variant.upcast, self.variant.tile)
+        for u, v in zip(plan.outer, k.vars):
+            self.vars[u] = self.vars[v]
+
+        def point() -> None:
+            if k.reduce is not None:
+                self.reduce([rewrite([k.reduce.body], lane.subst)[0] for lane in plan.lanes])
+            self.finish(plan)
+
+        self.points(plan, point)
+
+    def split_reduce(self) -> None:
+        """``group`` contiguous pieces of each point's reduce in parallel into ``part``, then combined in order."""
+        k, red, g = self.kernel, self.kernel.reduce, self.native.group
+        assert red is not None
+        t = COMPUTE[red.dtype]
+        points, size = k.numel, red.size
+        flat, sub = flat_reduce(red.vars)
+        self.vars[flat] = "ri"
+        (body,) = rewrite([red.body], sub)
+        inner = dependent([body], {flat}) | {body}
+        self.lines.append(f"  {t}* part = ({t}*)malloc(sizeof({t}) * {points * g}L);")
+        self.lines.append("  if (!part) return 1;")
+        self.parallel(points * g)
+        self.lines += [f"  for (long task = 0; task < {points * g}L; ++task) {{",
+                       f"    const long p = task / {g}, piece = task % {g};"]
+        start = len(self.lines)
+        self.decompose("p", k.vars)
+        names = dict(self.names)
+        self.emit([body], "  ", only=set(schedule([body])) - inner)
+        self.lines.append(f"  {t} acc0 = {self.init(red)};")
+        self.lines.append(f"  #pragma omp simd reduction({self.reduction_clause(1)})")
+        self.lines.append(f"  for (long ri = piece * {size}L / {g}; ri < (piece + 1) * {size}L / {g}; ++ri) {{")
+        self.emit([body], "    ", only=inner)
+        self.lines.append(f"    acc0 = {self.combine(red, 'acc0', self.names[body])};")
+        self.lines += ["  }", "  part[task] = acc0;"]
+        self.indent(start, 1)
+        self.lines.append("  }")
+        self.names = names
+        plan = lanes(k, 1, 1)
+
+        def point() -> None:
+            self.lines.append(f"  {t} acc0 = part[p * {g}];")
+            self.lines.append(f"  for (int j = 1; j < {g}; ++j) acc0 = {self.combine(red, 'acc0', f'part[p * {g} + j]')};")
+            self.finish(plan)
+
+        self.parallel(points)
+        self.lines.append(f"  for (long p = 0; p < {points}L; ++p) {{")
+        start = len(self.lines)
+        self.decompose("p", k.vars)
+        point()
+        self.indent(start, 1)
+        self.lines += ["  }", "  free(part);"]
+
+    def round_half(self, src: DType) -> str:
+        t = "double" if src == DType.F64 else "float"
+        name = f"zx_half_of_{t}"
+        self.helpers[name] = f"float {name}({t} x) {{\n  return (float)(half)x;\n}}\n"
+        return name
+
+    def parts(self) -> tuple[list[str], str]:
+        """The helper functions (static) and the kernel's C function (returns 0, or 1 when out of memory)."""
+        k = self.kernel
+        check(k)
+        self.body()
+        params = [f"const {STORAGE[b.dtype]}* restrict in{i}" for i, b in enumerate(k.inputs)]
+        params += [f"{STORAGE[b.dtype]}* restrict out{i}" for i, b in enumerate(k.output_types)]
+        head = [f"static {h}\n" for h in self.helpers.values()]
+        signature = f"int {function_name(k, self.native)}({', '.join(params) or 'void'}) {{"
+        return head, "\n".join([signature, *self.lines, "  return 0;", "}"]) + "\n"
+
+
+def source(items: list[tuple[Kernel, Variant]], threads: int, half: bool, simd_math: bool) -> str:
+    """One C file holding the functions of ``items`` (named ``function_name(kernel, variant)``)."""
+    head = PREAMBLE + (HALF if half else "") + (simd_declarations() if simd_math else "")
+    return head + program_source(items, lambda k, v: CEmitter(k, v, threads))
