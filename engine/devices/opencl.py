@@ -208,9 +208,8 @@ class OpenCLDevice:
         local = variant.group if variant.group > 1 else variant.local_size
         if local is not None and not 0 < local <= limit:
             return f"local size {local} outside 1..{limit} on {self.name}"
-        reduces = (kernel.reduce,) if kernel.reduce is not None else kernel.stages
-        if variant.group > 1 and reduces:
-            need = variant.group * sum(max(r.dtype.itemsize, 4) for r in reduces)
+        if variant.group > 1 and kernel.reduces:
+            need = variant.group * sum(max(r.dtype.itemsize, 4) for r in kernel.reduces)
             if need > int(self.device.local_mem_size):
                 return f"group {variant.group} needs {need} bytes of local memory, {self.name} has fewer"
         return None

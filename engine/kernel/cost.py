@@ -45,11 +45,9 @@ def _row_work(kernel: Kernel, nbytes: int) -> Work:
     """A row kernel's work: per row, each stage's loop (and accumulation), then the outputs over the row."""
     ops = loads = 0
     seen: set[Expr] = set()
-    loops = [(s.body, set(s.vars), s.size) for s in kernel.stages] + [(e, set(kernel.row), kernel.row_size)
-                                                                        for e in kernel.outputs]
-    for root, variables, size in loops:
-        inner = dependent([root], variables)
-        for e in schedule([root]):
+    for roots, variables, size in kernel.row_loops():
+        inner = dependent(roots, variables)
+        for e in schedule(roots):
             if e in seen and e not in inner:
                 continue  # hoisted: computed once per row
             seen.add(e)

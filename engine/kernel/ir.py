@@ -205,6 +205,17 @@ class Kernel:
         return math.prod(v.size for v in self.row)
 
     @property
+    def reduces(self) -> tuple[Reduce, ...]:
+        """The kernel's reduce (if any), or a row kernel's stages."""
+        return (self.reduce,) if self.reduce is not None else self.stages
+
+    def row_loops(self) -> list[tuple[list[Expr], set[Var], int]]:
+        """A row kernel's loops per row, in order: (roots, loop variables, iterations) of each stage, then of the
+        outputs over the row."""
+        return [([s.body], set(s.vars), s.size) for s in self.stages] + [(list(self.outputs), set(self.row),
+                                                                          self.row_size)]
+
+    @property
     def numel(self) -> int:
         return math.prod(self.shape)
 
@@ -309,8 +320,7 @@ def format_kernel(kernel: Kernel, name: str) -> str:
             names[e] = f"v{next(counter)}"
             lines.append(f"{indent}{names[e]}: {e.dtype} = {describe(e, names)}")
 
-    reduces = [kernel.reduce] if kernel.reduce is not None else kernel.stages
-    for i, red in enumerate(reduces):
+    for i, red in enumerate(kernel.reduces):
         acc = f"acc{i}" if kernel.stages else "acc"
         body = red.body
         inner = dependent([body], set(red.vars))

@@ -169,7 +169,7 @@ def extensions(kernel: Kernel) -> frozenset[str]:
 
 def check(kernel: Kernel) -> None:
     """Raise ``UnsupportedKernelError`` if ``generate`` cannot express ``kernel``."""
-    reduces = (kernel.reduce,) if kernel.reduce is not None else kernel.stages
+    reduces = kernel.reduces
     for red in reduces:
         if red.op not in ("sum", "max"):
             raise UnsupportedKernelError(f"reduce {red.op!r} (expected sum or max)")

@@ -24,6 +24,14 @@ _ITEM_OPS = 12
 
 def load_instructions(kernel: Kernel, variant: Variant) -> tuple[float, int]:
     """(load instructions per work item, outputs per work item) of ``kernel`` in ``variant``."""
+    if kernel.stages:  # a row per work item, or per work-group (its loops strided over the group)
+        share = max(variant.group, 1)
+        count = 0.0
+        for roots, variables, size in kernel.row_loops():
+            inner = dependent(roots, variables)
+            loads = [e for e in schedule(roots) if isinstance(e, Load)]
+            count += sum(e in inner for e in loads) * math.ceil(size / share) + sum(e not in inner for e in loads)
+        return count, math.ceil(kernel.row_size / share)
     if variant.group > 1 and kernel.reduce is not None:
         flat, sub = flat_reduce(kernel.reduce.vars)
         (body,) = rewrite([kernel.reduce.body], sub)
