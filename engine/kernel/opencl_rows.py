@@ -26,6 +26,9 @@ from engine.kernel.lanes import flat_reduce, rewrite, substitute
 from engine.kernel.opencl import _INT32_MAX, COMPUTE, UnsupportedKernelError, _Emitter
 from engine.program.dtypes import DType
 
+BLOCK = 64
+"""Terms of a float sum the default variant adds before adding their sum to the row's (see ``loop_stage``)."""
+
 
 def variant_error(kernel: Kernel, variant: Variant) -> str | None:
     """Why ``variant`` cannot apply to row kernel ``kernel``, or None."""
@@ -90,29 +93,51 @@ class RowEmitter(_Emitter):
             self.names[Acc(stage.dtype, i)] = f"acc{i}"
         self.row_outputs()
 
-    def scoped_loop(self, roots: list[Expr], loops: list[tuple[Var, str, int]], before: list[str],
-                    inside: Callable[[], list[str]]) -> None:
-        """Emit ``roots`` (hoisting what does not depend on the loops' variables) and the lines ``before``, then
-        the nested ``loops`` (variable, start, step) around the dependent rest and the lines ``inside()``."""
-        inner = dependent(roots, {v for v, _, _ in loops}) | set(roots)
+    def header(self, v: Var, start: str = "0", step: int = 1, bound: str | None = None) -> str:
+        """A ``for`` over variable ``v`` from ``start`` by ``step`` while below ``bound`` (its size)."""
+        name = self.vars[v]
+        inc = f"++{name}" if step == 1 else f"{name} += {step}"
+        return f"for ({self.itype} {name} = {start}; {name} < {bound or v.size}; {inc}) {{"
+
+    def scoped_loop(self, roots: list[Expr], variables: set[Var], headers: list[str], before: list[str],
+                    inside: Callable[[], list[str]], after: tuple[str, ...] = ()) -> None:
+        """Emit ``roots`` (hoisting what does not depend on ``variables``) and the lines ``before``, then the
+        nested loops ``headers`` around the dependent rest and the lines ``inside()``, then the lines ``after``."""
+        inner = dependent(roots, variables) | set(roots)
         self.emit(roots, "  ", only=set(schedule(roots)) - inner)
         self.lines += [f"  {line}" for line in before]
-        indent = "  "
-        for v, start, step in loops:
-            indent = self.loop(v, indent, start, step)
+        indent = "  " * (1 + sum(line.endswith("{") for line in before))  # inside the loops ``before`` opens
+        for h in headers:
+            self.lines.append(f"{indent}{h}")
+            indent += "  "
         scoped = self.emit(roots, indent, only=inner)
         self.lines += [f"{indent}{line}" for line in inside()]
-        for _ in loops:
+        for _ in headers:
             indent = indent[:-2]
             self.lines.append(f"{indent}}}")
+        self.lines += [f"  {line}" for line in after]
         for e in scoped:  # defined inside the loop: out of scope after it
             del self.names[e]
 
     def loop_stage(self, i: int, red: Reduce) -> None:
-        """Stage ``i`` on one work item: ``acc<i>`` accumulated over the stage's loops."""
-        acc = f"acc{i}"
-        self.scoped_loop([red.body], [(v, "0", 1) for v in red.vars], [f"{COMPUTE[red.dtype]} {acc} = {self.init(red)};"],
-                         lambda: [f"{acc} = {self.combine(red, acc, self.names[red.body])};"])
+        """Stage ``i`` on one work item: ``acc<i>`` accumulated over the (flattened) reduce.
+
+        A float sum adds blocks of ``BLOCK`` terms, then the blocks' sums: its rounding error grows like a
+        pairwise sum's (what numpy and the group variants do), not like one long sequential sum's.
+        """
+        acc, t = f"acc{i}", COMPUTE[red.dtype]
+        flat, sub = flat_reduce(red.vars)
+        self.vars[flat] = "ri"
+        (body,) = rewrite([red.body], sub)
+        if red.op != "sum" or not red.dtype.is_float or flat.size <= BLOCK:
+            self.scoped_loop([body], {flat}, [self.header(flat)], [f"{t} {acc} = {self.init(red)};"],
+                             lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};"])
+            return
+        block = f"for ({self.itype} rb = 0; rb < {flat.size}; rb += {BLOCK}) {{"
+        self.scoped_loop([body], {flat}, [self.header(flat, "rb", 1, f"min(rb + {BLOCK}, {self.ilit(flat.size)})")],
+                         [f"{t} {acc} = {self.init(red)};", block, f"  {t} part = {self.init(red)};"],
+                         lambda: [f"part = {self.combine(red, 'part', self.names[body])};"],
+                         (f"  {acc} = {self.combine(red, acc, 'part')};", "}"))
 
     def group_stage(self, i: int, red: Reduce) -> None:
         """Stage ``i`` across the work-group: strided partials, a tree in local memory, ``acc<i>`` in every item."""
@@ -120,7 +145,7 @@ class RowEmitter(_Emitter):
         flat, sub = flat_reduce(red.vars)
         self.vars[flat] = "ri"
         (body,) = rewrite([red.body], sub)
-        self.scoped_loop([body], [(flat, "lid", g)], [f"{t} {acc} = {self.init(red)};"],
+        self.scoped_loop([body], {flat}, [self.header(flat, "lid", g)], [f"{t} {acc} = {self.init(red)};"],
                          lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};"])
         self.lines += [
             f"  __local {'int' if red.dtype == DType.BOOL else t} {part}[{g}];",
@@ -142,10 +167,10 @@ class RowEmitter(_Emitter):
             flat, sub = flat_reduce(k.row)
             self.vars[flat] = "ro"
             outputs, at = rewrite(outputs, sub), substitute(at, sub)
-            loops = [(flat, "lid", self.variant.group)]
+            variables, headers = {flat}, [self.header(flat, "lid", self.variant.group)]
         else:
-            loops = [(v, "0", 1) for v in k.row]
-        self.scoped_loop(outputs, loops, [], lambda: [
+            variables, headers = set(k.row), [self.header(v) for v in k.row]
+        self.scoped_loop(outputs, variables, headers, [], lambda: [
             self.put(o, e.dtype, self.index(at), self.names[e]) for o, e in enumerate(outputs)])
 
     def put(self, o: int, dtype: DType, at: str, name: str) -> str:
