@@ -9,6 +9,7 @@ whose size does not divide the row.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -20,7 +21,7 @@ from engine import Tensor, from_tensors, load
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.evaluate import evaluate, unfused
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
-from engine.devices.opencl import discover
+from engine.devices.opencl import Nominal, discover
 from engine.egraph import from_program, saturate
 from engine.kernel.cost import work
 from engine.kernel.index import Var, add, scale, var
@@ -31,7 +32,7 @@ from engine.pipeline import Options, compile_program, extract, run
 from engine.program.dtypes import DType
 from engine.program.program import Program
 from engine.program.reference import evaluate as reference
-from engine.tuning import Budget, tune
+from engine.tuning import Budget, predict, suggest, tune
 
 DEVICES = discover()
 F32 = DType.F32
@@ -243,3 +244,45 @@ def test_plans_choose_the_row_kernel_by_cost_and_still_run_without_it(name):
     extract(c)
     assert len(c.plan.launches()) > 1 and not any(s.kernel.stages for s in c.plan.launches())
     assert run(c).ok
+
+
+def _unfused_and_row(program: Program) -> tuple[list[Kernel], Kernel]:
+    """The output's default chain of kernels (the reduces stored) and its row kernel."""
+    kz = kernelized(program)
+    chain, seen, stack = [], set(), list(kz.egraph.output_classes().values())
+    while stack:
+        c = kz.egraph.find(stack.pop())
+        if c not in seen and kz.kernels(c):
+            seen.add(c)
+            chain.append(kz.kernels(c)[0].kernel)
+            stack.extend(kz.kernels(c)[0].inputs)
+    ((name, _),) = kz.egraph.output_classes().items()
+    (row,) = row_candidates(kz, name)
+    return chain, row.kernel
+
+
+class _GPU:
+    """Just what the cost model reads of an OpenCL GPU: H200-like nominal numbers and limits."""
+
+    name, pool, is_gpu = "gpu", "gpu", True
+    nominal = Nominal(bandwidth=3.3e12, throughput=132 * 1.98e9 * 64, overhead=5e-6, transfer_bandwidth=20e9,
+                      transfer_overhead=1e-5)
+    device = SimpleNamespace(max_compute_units=132)
+
+    def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
+        return None
+
+
+@pytest.mark.skipif(not any(not d.is_gpu for d in DEVICES), reason="no OpenCL CPU device")
+def test_the_cost_model_prefers_row_kernels_on_gpus_not_cpus():
+    x = Tensor.input("x", (4096, 4096))
+    chain, row = _unfused_and_row(from_tensors([x.softmax().named("y")]))
+    assert len(chain) == 3
+    gpu, cpu = _GPU(), next(d for d in DEVICES if not d.is_gpu)
+
+    def seconds(device, kernels):
+        return sum(predict(k, device, suggest(k, device)) for k in kernels)
+
+    assert seconds(gpu, [row]) < 0.6 * seconds(gpu, chain)  # read once instead of three times
+    assert suggest(row, gpu).group > 1  # a row per work-group
+    assert seconds(cpu, [row]) > seconds(cpu, chain)  # its loops do not vectorise there
