@@ -12,8 +12,10 @@ the reduce of every stage in order (``Acc(dtype, i)`` is stage ``i``'s result;
 a later stage's body may use it), then loops over the *row variables* (the
 ``store`` variables that are not global) and stores the outputs at every point
 of the row.  Its outputs have the shape of ``store``; its ``shape`` (one point
-per row) is the launch's index space.  Views never appear: a permute, reshape, expand or pad of a tensor is
-the ``Idx`` a ``Load`` reads at (and, for pads, a ``Where`` on index bounds).
+per row) is the launch's index space.
+
+Views never appear: a permute, reshape, expand or pad of a tensor is the
+``Idx`` a ``Load`` reads at (and, for pads, a ``Where`` on index bounds).
 
 Expressions are immutable and hashable; equal subexpressions are shared, so an
 expression is a DAG and ``schedule`` lists each distinct node once.
@@ -184,6 +186,7 @@ class Kernel:
     """A row kernel's output axes: its global variables and its row variables, in the outputs' axis order."""
 
     def __post_init__(self) -> None:
+        assert not self.stages or (self.reduce is None and set(self.vars) <= set(self.store)), "not a row kernel"
         object.__setattr__(self, "key", hashlib.sha256(format_kernel(self, "k").encode()).hexdigest()[:16])
 
     @property
@@ -212,8 +215,8 @@ class Kernel:
     def row_loops(self) -> list[tuple[list[Expr], set[Var], int]]:
         """A row kernel's loops per row, in order: (roots, loop variables, iterations) of each stage, then of the
         outputs over the row."""
-        return [([s.body], set(s.vars), s.size) for s in self.stages] + [(list(self.outputs), set(self.row),
-                                                                          self.row_size)]
+        stages = [([s.body], set(s.vars), s.size) for s in self.stages]
+        return [*stages, (list(self.outputs), set(self.row), self.row_size)]
 
     @property
     def numel(self) -> int:

@@ -296,7 +296,6 @@ class _Builder:
         return Acc(body.dtype)
 
 
-
 def _reduce_index(shape: tuple[int, ...], axes: tuple[int, ...], idx: tuple[Idx, ...]) -> tuple[tuple[Var, ...], tuple[Idx, ...]]:
     """The reduce variables of a reduce over ``axes`` of ``shape`` at output ``idx``, and the index its body reads."""
     rvars = tuple(Var(f"r{j}", shape[a]) for j, a in enumerate(axes))
