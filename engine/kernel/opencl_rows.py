@@ -66,9 +66,7 @@ class RowEmitter(_Emitter):
 
     def __init__(self, kernel: Kernel, variant: Variant) -> None:
         super().__init__(kernel, variant)
-        for stage in kernel.stages:
-            self.vars |= {v: f"r{i}" for i, v in enumerate(stage.vars)}
-        self.vars |= {v: f"c{i}" for i, v in enumerate(kernel.row)}
+        self.vars |= {v: f"c{i}" for i, v in enumerate(kernel.row)}  # stages loop over their flattened reduce
         if 2 * kernel.output_types[0].numel + 64 > _INT32_MAX:
             self.itype = "long"
 
