@@ -308,8 +308,8 @@ def _reduce_index(shape: tuple[int, ...], axes: tuple[int, ...], idx: tuple[Idx,
 class _RowBuilder(_Builder):
     """Builds the row kernel of the root class: reduces it would load become stages where they can.
 
-    The first reduce reached outside a reduce body fixes the global variables (those its index reads; the
-    other output axes form the row).  A reduce whose index reads only global variables (anywhere, bodies
+    The first reduce reached outside a reduce body whose index leaves an output axis of size > 1 unread fixes
+    the global variables (those it reads; the other output axes form the row).  A reduce whose index reads only global variables (anywhere, bodies
     included) is a stage, computed once per row; the others are loaded.  Regions holding reduces are
     inlined even where they are shared (their reduces are computed once, as one stage, per index).
     """
@@ -345,8 +345,8 @@ class _RowBuilder(_Builder):
             stage = self.stage_of[(c, idx)]
             return Acc(self.stages[stage].dtype, stage)
         reads = set().union(*(i.variables() for i in idx))
-        if self.outer is None and not where.in_reduce and reads < set(self.store):
-            self.outer = reads
+        if self.outer is None and not where.in_reduce and reads < {v for v in self.store if v.size > 1}:
+            self.outer = reads  # a row of more than one point: its stages are computed once for all of them
         if self.outer is None or not reads <= self.outer or len(self.stages) >= MAX_STAGES:
             return self.load(c, idx)
         rvars, inner = _reduce_index(shape, axes, idx)
