@@ -125,6 +125,12 @@ def test_elementwise_and_lone_reduces_get_no_row_kernel():
         assert not row_candidates(kz, "y")
 
 
+def test_no_row_kernel_recomputes_a_normalisation_per_point_of_a_matmul():
+    x, w = Tensor.input("x", (8, 16)), Tensor.input("w", (16, 32))
+    kz = kernelized(from_tensors([(x.layernorm() @ w).relu().named("y")]))
+    assert not [c for c in kz.candidates.values() if c.kernel.stages and c.kernel.row_size <= 1]
+
+
 # -- correctness: numpy and OpenCL, every variant -----------------------------------------
 
 
