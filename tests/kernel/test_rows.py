@@ -33,6 +33,7 @@ from engine.program.dtypes import DType
 from engine.program.program import Program
 from engine.program.reference import evaluate as reference
 from engine.tuning import Budget, predict, suggest, tune
+from engine.tuning.space import seeds
 
 DEVICES = discover()
 F32 = DType.F32
@@ -291,4 +292,5 @@ def test_the_cost_model_prefers_row_kernels_on_gpus_not_cpus():
 
     assert seconds(gpu, [row]) < 0.6 * seconds(gpu, chain)  # read once instead of three times
     assert suggest(row, gpu).group > 1  # a row per work-group
+    assert seeds(row, gpu=True)[0].group > 1 and seeds(row, gpu=False)[0] == DEFAULT_VARIANT  # timed first
     assert seconds(cpu, [row]) > seconds(cpu, chain)  # its loops do not vectorise there
