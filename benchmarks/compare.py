@@ -144,7 +144,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     for s in plan.launches():
         r = next((r for r in tuned.values() if r.kernel == s.kernel.key and r.device == s.device), None)
         shape = "x".join(map(str, s.kernel.shape)) or "()"
-        red = s.kernel.reduce.size if s.kernel.reduce is not None else 1
+        red = "+".join(str(r.size) for r in s.kernel.reduces) or "1"  # a row kernel: one per stage
         timed = f"{r.seconds * 1e3:.3f} ms of {len(r.trials)} tried" if r is not None else "untuned"
         details.append(f"{s.device.removeprefix('opencl:')[:12]} {shape} reduce {red}: {s.variant}, {timed}")
         if r is not None:

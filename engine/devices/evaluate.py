@@ -31,6 +31,12 @@ one, or, when there is one global chunk, contiguous ranges of its reduce
 blocks whose partial results are combined in thread order, so results do not
 depend on timing.
 
+A *row kernel* (``Kernel.stages``) runs as the chain of ordinary kernels it
+fuses (``RowPlan``): one per stage, reading the earlier stages' results from
+temporaries of one element per row, then one for the outputs.  That costs the
+numpy device what the unfused kernels cost (it streams each from memory anyway),
+and keeps one evaluator for every kernel.
+
 A *contraction* kernel (a float ``sum`` of ``mul(a, b)`` whose factors both
 span a reduce axis, like a matmul or a convolution) never forms the product:
 ``a`` and ``b`` are evaluated over their own spans and contracted by one
@@ -53,8 +59,8 @@ from typing import TypeVar
 
 import numpy as np
 
-from engine.kernel.index import Div, Idx, Mod, Var, add, floordiv, lit, mod, scale, var
-from engine.kernel.ir import Acc, Bound, Const, Expr, Kernel, Load, Op, Reduce, Where, schedule
+from engine.kernel.index import Div, Idx, Mod, Var, add, flatten, floordiv, lit, mod, scale, var
+from engine.kernel.ir import Acc, Bound, Buffer, Const, Expr, Kernel, Load, Op, Reduce, Where, replace, schedule
 from engine.program.dtypes import DType
 from engine.program.primitives import PrimNode
 from engine.program.reference import eval_node, widen
@@ -988,11 +994,18 @@ def _split(items: Sequence[T], n: int) -> list[Sequence[T]]:
     return [items[a:b] for a, b in itertools.pairwise(bounds)]
 
 
-def run(p: Plan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], threads: int = 1) -> None:
+def run(p: Plan | RowPlan, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], threads: int = 1) -> None:
     """Evaluate planned kernel ``p`` on ``inputs``, writing every output array in place, on up to ``threads`` threads.
 
     Output arrays must not overlap the inputs.
     """
+    if isinstance(p, RowPlan):
+        temps: list[np.ndarray] = []
+        for part in p.parts[:-1]:
+            temps.append(np.empty(part.kernel.shape, part.kernel.output_types[0].dtype.numpy))
+            run(part, [*inputs, *temps[:-1]], temps[-1:], threads)
+        run(p.parts[-1], [*inputs, *temps], outputs, threads)
+        return
     kernel = p.kernel
     assert len(outputs) == len(kernel.outputs)
     for out, t in zip(outputs, kernel.output_types):
@@ -1034,5 +1047,37 @@ def evaluate(kernel: Kernel, inputs: Sequence[np.ndarray], max_elements: int = C
              view_elements: int | None = MAX_ELEMENTS) -> list[np.ndarray]:
     """The outputs of ``kernel`` on ``inputs`` (arrays of its input buffers' shapes and dtypes)."""
     outputs = [np.empty(t.shape, t.dtype.numpy) for t in kernel.output_types]
-    run(plan(kernel, max_elements, view_elements), inputs, outputs, threads)
+    planned = plan_rows(kernel, max_elements, view_elements) if kernel.stages else plan(kernel, max_elements, view_elements)
+    run(planned, inputs, outputs, threads)
     return outputs
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """A row kernel prepared for evaluation: the plans of the ordinary kernels it fuses, in order."""
+
+    kernel: Kernel
+    parts: tuple[Plan, ...]
+    """One per stage (its reduce, reading the earlier stages' results as inputs after the kernel's), then the
+    outputs over the whole store shape (reading every stage's result)."""
+
+
+def unfused(kernel: Kernel) -> list[Kernel]:
+    """The ordinary kernels a row kernel fuses: stage ``i``'s reads inputs ``len(kernel.inputs) + j`` for stage
+    ``j < i``'s results (``kernel.shape``-shaped), the last computes the outputs from all of them."""
+    at = flatten([var(v) for v in kernel.vars], kernel.shape)
+    temps = [Buffer(kernel.shape, s.dtype) for s in kernel.stages]
+    loads = {Acc(s.dtype, i): Load(len(kernel.inputs) + i, at, kernel.numel, s.dtype) for i, s in enumerate(kernel.stages)}
+    parts = []
+    for i, s in enumerate(kernel.stages):
+        (body,) = replace([s.body], loads)
+        parts.append(Kernel((*kernel.inputs, *temps[:i]), kernel.shape, kernel.vars, Reduce(s.op, s.vars, body),
+                            (Acc(s.dtype),)))
+    shape = tuple(v.size for v in kernel.store)
+    parts.append(Kernel((*kernel.inputs, *temps), shape, kernel.store, None, tuple(replace(kernel.outputs, loads))))
+    return parts
+
+
+def plan_rows(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int | None = MAX_ELEMENTS) -> RowPlan:
+    """Prepare row kernel ``kernel``: ``plan`` of each kernel of ``unfused(kernel)``."""
+    return RowPlan(kernel, tuple(plan(k, max_elements, view_elements) for k in unfused(kernel)))

@@ -236,6 +236,8 @@ class NativeDevice:
         return f"{self.compiler.key} | threads {self.threads}"
 
     def unsupported(self, kernel: Kernel) -> str | None:
+        if kernel.stages:
+            return "row kernels (several reduce stages) are not generated as C"
         try:
             check(kernel)
         except UnsupportedKernelError as e:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
-from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, product_factors, run
+from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, RowPlan, plan, plan_rows, product_factors, run
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel, Load, Where
 
@@ -31,7 +31,7 @@ class NumpyCompiled:
 
     kernel: Kernel
     variant: Variant
-    plan: Plan
+    plan: Plan | RowPlan
 
 
 class NumpyDevice:
@@ -76,7 +76,8 @@ class NumpyDevice:
         return found
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
-        return NumpyCompiled(kernel, variant, self._plan(kernel))
+        planned = plan_rows(kernel, self.max_elements, self.view_elements) if kernel.stages else self._plan(kernel)
+        return NumpyCompiled(kernel, variant, planned)
 
     def alloc(self, buffer: Buffer) -> np.ndarray:
         return np.empty(buffer.shape, buffer.dtype.numpy)
@@ -104,8 +105,12 @@ class NumpyDevice:
         """Roofline of the plan: streamed bytes vs element-ops over the threads, plus per-call overheads.
 
         A contraction counts its flops at ``flops`` and its factors' nodes as element-ops
-        (a ``Where``, two copies through a broadcast mask, as four).
+        (a ``Where``, two copies through a broadcast mask, as four).  A row kernel costs the kernels it fuses
+        (``evaluate.unfused``: it runs as them), launched once.
         """
+        if kernel.stages:
+            parts = plan_rows(kernel, self.max_elements, self.view_elements).parts
+            return sum(self.estimate(part.kernel) for part in parts) - (len(parts) - 1) * self.launch_overhead
         p = self._plan(kernel)
         w = work(kernel)
         ops = w.ops
@@ -155,6 +160,8 @@ class LibraryDevice(NumpyDevice):
         super().__init__(max_elements, threads, max_elements, parallel_elements)
 
     def supports(self, kernel: Kernel) -> bool:
+        if kernel.stages:
+            return False
         p = self._plan(kernel)  # on the kernel with split variables: heads read as g // k are affine there
         return contraction(p.kernel) is not None and p.factors is not None
 

@@ -4,8 +4,18 @@ A ``Kernel`` reads contiguous input buffers and writes contiguous outputs, all
 of the kernel's ``shape``.  For each point ``g`` of that shape it optionally runs
 one reduce loop over ``reduce.vars`` (accumulating ``reduce.body``), then stores
 each expression of ``outputs``; ``Acc`` in an output stands for the reduce's
-result.  Views never appear: a permute, reshape, expand or pad of a tensor is
-the ``Idx`` a ``Load`` reads at (and, for pads, a ``Where`` on index bounds).
+result.
+
+A *row kernel* (``stages`` set, ``reduce`` None) fuses a chain of reduces over
+one row with the elementwise output that uses them: for each point ``g`` it runs
+the reduce of every stage in order (``Acc(dtype, i)`` is stage ``i``'s result;
+a later stage's body may use it), then loops over the *row variables* (the
+``store`` variables that are not global) and stores the outputs at every point
+of the row.  Its outputs have the shape of ``store``; its ``shape`` (one point
+per row) is the launch's index space.
+
+Views never appear: a permute, reshape, expand or pad of a tensor is the
+``Idx`` a ``Load`` reads at (and, for pads, a ``Where`` on index bounds).
 
 Expressions are immutable and hashable; equal subexpressions are shared, so an
 expression is a DAG and ``schedule`` lists each distinct node once.
@@ -112,9 +122,10 @@ class Where(Expr):
 
 @dataclass(frozen=True, eq=True)
 class Acc(Expr):
-    """The result of the kernel's reduce at the current global point."""
+    """The result of the kernel's reduce (of a row kernel's stage ``stage``) at the current global point."""
 
     dtype: DType
+    stage: int = 0
 
     __hash__ = Expr.__hash__
 
@@ -157,7 +168,10 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Kernel:
-    """One kernel: inputs, a global index space (``vars`` over ``shape``), an optional reduce, outputs."""
+    """One kernel: inputs, a global index space (``vars`` over ``shape``), an optional reduce, outputs.
+
+    A row kernel has ``stages`` instead of ``reduce`` and stores over ``store`` (see the module's text).
+    """
 
     inputs: tuple[Buffer, ...]
     shape: Shape
@@ -166,8 +180,13 @@ class Kernel:
     outputs: tuple[Expr, ...]
     key: str = field(init=False, compare=False)
     """A stable hash of the kernel's text: equal kernels have equal keys (the tuning cache's key)."""
+    stages: tuple[Reduce, ...] = ()
+    """A row kernel's reduces, in order."""
+    store: tuple[Var, ...] = ()
+    """A row kernel's output axes: its global variables and its row variables, in the outputs' axis order."""
 
     def __post_init__(self) -> None:
+        assert not self.stages or (self.reduce is None and set(self.vars) <= set(self.store)), "not a row kernel"
         object.__setattr__(self, "key", hashlib.sha256(format_kernel(self, "k").encode()).hexdigest()[:16])
 
     @property
@@ -176,7 +195,28 @@ class Kernel:
 
     @property
     def output_types(self) -> tuple[Buffer, ...]:
-        return tuple(Buffer(self.shape, e.dtype) for e in self.outputs)
+        shape = tuple(v.size for v in self.store) if self.stages else self.shape
+        return tuple(Buffer(shape, e.dtype) for e in self.outputs)
+
+    @property
+    def row(self) -> tuple[Var, ...]:
+        """A row kernel's row variables (the store variables that are not global); empty for other kernels."""
+        return tuple(v for v in self.store if v not in self.vars)
+
+    @property
+    def row_size(self) -> int:
+        return math.prod(v.size for v in self.row)
+
+    @property
+    def reduces(self) -> tuple[Reduce, ...]:
+        """The kernel's reduce (if any), or a row kernel's stages."""
+        return (self.reduce,) if self.reduce is not None else self.stages
+
+    def row_loops(self) -> list[tuple[list[Expr], set[Var], int]]:
+        """A row kernel's loops per row, in order: (roots, loop variables, iterations) of each stage, then of the
+        outputs over the row."""
+        stages = [([s.body], set(s.vars), s.size) for s in self.stages]
+        return [*stages, (list(self.outputs), set(self.row), self.row_size)]
 
     @property
     def numel(self) -> int:
@@ -186,7 +226,7 @@ class Kernel:
         return (e for e in schedule(self.exprs()) if isinstance(e, Load))
 
     def exprs(self) -> list[Expr]:
-        return [*self.outputs, *([self.reduce.body] if self.reduce else [])]
+        return [*self.outputs, *([self.reduce.body] if self.reduce else []), *(s.body for s in self.stages)]
 
     def __str__(self) -> str:
         return format_kernel(self, self.name)
@@ -214,16 +254,39 @@ def reduce_dependent(kernel: Kernel) -> set[Expr]:
     """The body nodes that depend on a reduce variable (the rest can be hoisted out of the loop)."""
     if kernel.reduce is None:
         return set()
-    rvars = set(kernel.reduce.vars)
+    return dependent([kernel.reduce.body], set(kernel.reduce.vars))
+
+
+def dependent(roots: Iterable[Expr], variables: set[Var]) -> set[Expr]:
+    """The nodes under ``roots`` that depend on any of ``variables``."""
     out: set[Expr] = set()
-    for e in schedule([kernel.reduce.body]):
-        if _index_vars(e) & rvars or any(c in out for c in e.children()):
+    for e in schedule(roots):
+        if _index_vars(e) & variables or any(c in out for c in e.children()):
             out.add(e)
     return out
 
 
+def replace(roots: Sequence[Expr], table: dict[Expr, Expr]) -> list[Expr]:
+    """``roots`` with every node of ``table`` replaced by its value (the nodes above rebuilt)."""
+    memo: dict[Expr, Expr] = {}
+    for e in schedule(roots):
+        if e in table:
+            memo[e] = table[e]
+        elif isinstance(e, Op):
+            memo[e] = Op(e.op, tuple(memo[a] for a in e.args), e.dtype)
+        elif isinstance(e, Where):
+            memo[e] = Where(e.bounds, memo[e.then], memo[e.otherwise], e.dtype)
+        else:
+            memo[e] = e
+    return [memo[r] for r in roots]
+
+
 def _index_vars(e: Expr) -> set[Var]:
-    """The variables the indices of this one node (not its children) read."""
+    """The variables the indices of this one node (not its children) read (a node of codegen's own, such as a
+    staged load, says so through an ``index_vars`` method)."""
+    own = getattr(e, "index_vars", None)
+    if own is not None:
+        return own()
     if isinstance(e, Load):
         return e.index.variables()
     if isinstance(e, Where):
@@ -238,7 +301,7 @@ def describe(e: Expr, names: dict[Expr, str]) -> str:
     if isinstance(e, Const):
         return f"{e.value}"
     if isinstance(e, Acc):
-        return "acc"
+        return f"acc{e.stage}" if e.stage else "acc"
     if isinstance(e, Where):
         return f"({' and '.join(map(str, e.bounds))}) ? {names[e.then]} : {names[e.otherwise]}"
     assert isinstance(e, Op)
@@ -256,7 +319,6 @@ def format_kernel(kernel: Kernel, name: str) -> str:
     lines.append(f"  for {loops}:")
     names: dict[Expr, str] = {}
     counter = itertools.count()
-    inner = reduce_dependent(kernel)
 
     def emit(exprs: Sequence[Expr], indent: str, only: set[Expr] | None = None) -> None:
         for e in schedule(exprs):
@@ -265,15 +327,23 @@ def format_kernel(kernel: Kernel, name: str) -> str:
             names[e] = f"v{next(counter)}"
             lines.append(f"{indent}{names[e]}: {e.dtype} = {describe(e, names)}")
 
-    if kernel.reduce is not None:
-        body = kernel.reduce.body
+    for i, red in enumerate(kernel.reduces):
+        acc = f"acc{i}" if kernel.stages else "acc"
+        body = red.body
+        inner = dependent([body], set(red.vars))
         emit([body], "    ", only=set(schedule([body])) - inner)
-        rloops = ", ".join(f"{v} < {v.size}" for v in kernel.reduce.vars)
-        lines.append(f"    acc: {kernel.reduce.dtype} = {kernel.reduce.op} over {rloops} of:")
+        rloops = ", ".join(f"{v} < {v.size}" for v in red.vars)
+        lines.append(f"    {acc}: {red.dtype} = {red.op} over {rloops} of:")
         emit([body], "      ", only=inner | {body})
         lines.append(f"      {names[body]}")
-        names[Acc(kernel.reduce.dtype)] = "acc"
-    emit(kernel.outputs, "    ")
+        names[Acc(red.dtype, i)] = acc
+    indent, at = "    ", "g" if kernel.vars else "0"
+    if kernel.stages:
+        inner = dependent(kernel.outputs, set(kernel.row))
+        emit(kernel.outputs, indent, only=set(schedule(kernel.outputs)) - inner)
+        lines.append(f"    for {', '.join(f'{v} < {v.size}' for v in kernel.row) or 'one point'}:")
+        indent, at = "      ", ", ".join(map(str, kernel.store))
+    emit(kernel.outputs, indent)
     for i, e in enumerate(kernel.outputs):
-        lines.append(f"    out{i}[{'g' if kernel.vars else '0'}] = {names[e]}")
+        lines.append(f"{indent}out{i}[{at}] = {names[e]}")
     return "\n".join(lines)

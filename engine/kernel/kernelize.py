@@ -15,6 +15,11 @@ cost) unless it must be a kernel input.  The fusion rules, as in zyx:
 
 Candidates for different root forms (e.g. ``T(B@A)`` beside ``T(A)@T(B)``) and
 for the classes they in turn need compete later, in extraction.
+
+A class whose default kernel loads reduces it could compute per row (softmax's
+max and sum, layernorm's mean and variance) also gets a *row kernel* candidate
+(``engine.kernel.ir``): those reduces are recomputed inside it as stages, one
+row per work item or work-group, instead of being stored by kernels of their own.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from engine.program.primitives import BINARY_OPS, MOVEMENT_OPS, REDUCE_OPS, UNAR
 
 MAX_ROOT_FORMS = 6
 """Root forms tried per class (cheapest default cost first)."""
+
+MAX_STAGES = 4
+"""Reduces a row kernel recomputes at most (further ones are loaded)."""
 
 _OP_COST = {"leaf": 0.0, "const": 0.0, "reduce_sum": 4.0, "reduce_max": 4.0, **dict.fromkeys(MOVEMENT_OPS, 0.01)}
 
@@ -99,8 +107,11 @@ def kernelize(egraph: EGraph, max_root_forms: int = MAX_ROOT_FORMS) -> Kerneliza
     try:
         while todo:
             c = todo.pop()
-            for root in _root_forms(egraph, c, defaults, max_root_forms):
-                cand = _Builder(plan, c, root).build()
+            roots = _root_forms(egraph, c, defaults, max_root_forms)
+            cands = [_Builder(plan, c, root).build() for root in roots]
+            if cands and cands[0] is not None and any(plan.holds_reduce(i) for i in cands[0].inputs):
+                cands.append(_RowBuilder(plan, c, roots[0]).build())  # it loads reduces: try recomputing them
+            for cand in cands:
                 if cand is None or c in cand.inputs or cand.id in result.candidates:
                     continue
                 result.candidates[cand.id] = cand
@@ -278,12 +289,68 @@ class _Builder:
             return Acc(self.reduce[2].dtype)
         if not self._may_fuse_reduce(where):
             return self.load(c, idx)
-        rvars = tuple(Var(f"r{j}", shape[a]) for j, a in enumerate(axes))
-        inner, outer, r = [], iter(idx), iter(rvars)
-        for a in range(len(shape)):
-            inner.append(var(next(r)) if a in axes else next(outer))
+        rvars, inner = _reduce_index(shape, axes, idx)
         op = self.egraph.node(n).op.removeprefix("reduce_")
-        body = self.value(child, tuple(inner), _Where(in_reduce=True))  # reduces in the body are loaded
+        body = self.value(child, inner, _Where(in_reduce=True))  # reduces in the body are loaded
         self.reduce = (c, idx, Reduce(op, rvars, body))
         return Acc(body.dtype)
 
+
+def _reduce_index(shape: tuple[int, ...], axes: tuple[int, ...], idx: tuple[Idx, ...]) -> tuple[tuple[Var, ...], tuple[Idx, ...]]:
+    """The reduce variables of a reduce over ``axes`` of ``shape`` at output ``idx``, and the index its body reads."""
+    rvars = tuple(Var(f"r{j}", shape[a]) for j, a in enumerate(axes))
+    inner, outer, r = [], iter(idx), iter(rvars)
+    for a in range(len(shape)):
+        inner.append(var(next(r)) if a in axes else next(outer))
+    return rvars, tuple(inner)
+
+
+class _RowBuilder(_Builder):
+    """Builds the row kernel of the root class: reduces it would load become stages where they can.
+
+    The first reduce reached outside a reduce body whose index leaves an output axis of size > 1 unread fixes
+    the global variables (those it reads; the other output axes form the row).  A reduce whose index reads only global variables (anywhere, bodies
+    included) is a stage, computed once per row; the others are loaded.  Regions holding reduces are
+    inlined even where they are shared (their reduces are computed once, as one stage, per index).
+    """
+
+    def __init__(self, regions: _Regions, output: ClassId, root: NodeId) -> None:
+        super().__init__(regions, output, root)
+        self.stages: list[Reduce] = []
+        self.stage_of: dict[tuple[ClassId, tuple[Idx, ...]], int] = {}
+        self.store: tuple[Var, ...] = ()
+        self.outer: set[Var] | None = None
+
+    def build(self) -> Candidate | None:
+        cls = self.egraph.eclass(self.output)
+        self.store = tuple(Var(f"g{i}", d) for i, d in enumerate(cls.shape))
+        value = self.form(self.root, tuple(var(v) for v in self.store), _Where())
+        if not self.stages:
+            return None
+        assert self.outer is not None
+        gvars = tuple(v for v in self.store if v in self.outer)
+        buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
+        kernel = Kernel(buffers, tuple(v.size for v in gvars), gvars, None, (value,), tuple(self.stages), self.store)
+        return Candidate(kernel, self.output, tuple(self.inputs), self.root)
+
+    def _value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
+        regions = self.regions
+        if regions.is_leaf(c) or c in regions.outputs:
+            return self.load(c, idx)
+        return self.form(regions.defaults[c], idx, where)
+
+    def _reduce(self, n: NodeId, child: ClassId, shape: tuple[int, ...], axes: tuple[int, ...], idx, where) -> Expr:
+        c = self.egraph.find(n)
+        if (c, idx) in self.stage_of:
+            stage = self.stage_of[(c, idx)]
+            return Acc(self.stages[stage].dtype, stage)
+        reads = set().union(*(i.variables() for i in idx))
+        if self.outer is None and not where.in_reduce and reads < {v for v in self.store if v.size > 1}:
+            self.outer = reads  # a row of more than one point: its stages are computed once for all of them
+        if self.outer is None or not reads <= self.outer or len(self.stages) >= MAX_STAGES:
+            return self.load(c, idx)
+        rvars, inner = _reduce_index(shape, axes, idx)
+        body = self.value(child, inner, _Where(in_reduce=True))
+        self.stage_of[(c, idx)] = len(self.stages)
+        self.stages.append(Reduce(self.egraph.node(n).op.removeprefix("reduce_"), rvars, body))
+        return Acc(body.dtype, len(self.stages) - 1)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from engine.kernel.index import Div, Idx, Var, add, floordiv, lit, mod, scale, unflatten, var
 from engine.kernel.ir import Acc, Bound, Expr, Kernel, Load, Op, Where, schedule
+from engine.kernel.ir import dependent as dependent  # re-exported: codegen and the cost model import it from here
 
 Subst = Mapping[Var, Idx]
 
@@ -44,6 +45,10 @@ class Staged(Expr):
     dtype: object
 
     __hash__ = Expr.__hash__
+
+    def index_vars(self) -> set[Var]:
+        """What ``ir.dependent`` follows: its index and the loop that refills its tile."""
+        return self.index.variables() | {self.loop}
 
 
 def substitute(x: Idx, m: Subst) -> Idx:
@@ -85,26 +90,6 @@ def rewrite(roots: Sequence[Expr], m: Subst, acc: Expr | None = None,
             out = e
         memo[e] = out
     return [memo[r] for r in roots]
-
-
-def index_vars(e: Expr) -> set[Var]:
-    """The variables the indices of this one node (not its children) read."""
-    if isinstance(e, Load):
-        return e.index.variables()
-    if isinstance(e, Staged):  # its tile changes with the loop that refills it
-        return e.index.variables() | {e.loop}
-    if isinstance(e, Where):
-        return set().union(*(b.index.variables() for b in e.bounds))
-    return set()
-
-
-def dependent(roots: Sequence[Expr], variables: set[Var]) -> set[Expr]:
-    """The nodes under ``roots`` that depend on any of ``variables``."""
-    out: set[Expr] = set()
-    for e in schedule(roots):
-        if index_vars(e) & variables or any(c in out for c in e.children()):
-            out.add(e)
-    return out
 
 
 def upcast_axes(kernel: Kernel) -> tuple[Var | None, Var | None]:

@@ -107,6 +107,8 @@ class InvalidVariantError(ValueError):
 
 def variant_error(kernel: Kernel, variant: Variant) -> str | None:
     """Why ``variant`` cannot apply to ``kernel`` (device limits aside), or None."""
+    if kernel.stages:
+        return _rows.variant_error(kernel, variant)
     v = variant
     if min(v.upcast, v.tile, v.unroll) < 1 or min(v.group, v.smem) < 0 or (v.local_size is not None and v.local_size < 1):
         return f"non-positive parameter in {v}"
@@ -239,6 +241,8 @@ def _blocks(kernel: Kernel, variant: Variant, shape: tuple[int, int]) -> tuple[i
 
 def launch_size(kernel: Kernel, variant: Variant) -> tuple[int, int | None]:
     """(global size, local size or None) of a 1-D launch of ``kernel`` in ``variant``."""
+    if kernel.stages:
+        return _rows.launch_size(kernel, variant)
     if variant.group > 1:
         return kernel.numel * variant.group, variant.group
     local = variant.local_size
@@ -270,13 +274,16 @@ def extensions(kernel: Kernel) -> frozenset[str]:
 
 def check(kernel: Kernel) -> None:
     """Raise ``UnsupportedKernelError`` if ``generate`` cannot express ``kernel``."""
-    if kernel.reduce is not None and kernel.reduce.op not in ("sum", "max"):
-        raise UnsupportedKernelError(f"reduce {kernel.reduce.op!r} (expected sum or max)")
+    reduces = kernel.reduces
+    for red in reduces:
+        if red.op not in ("sum", "max"):
+            raise UnsupportedKernelError(f"reduce {red.op!r} (expected sum or max)")
     for e in schedule(kernel.exprs()):
         if isinstance(e, Op) and not applies(e.op, e.args[0].dtype):
             raise UnsupportedKernelError(f"{e.op} does not apply to {e.args[0].dtype}")
-        if isinstance(e, Acc) and (kernel.reduce is None or e.dtype != kernel.reduce.dtype):
+        if isinstance(e, Acc) and (e.stage >= len(reduces) or e.dtype != reduces[e.stage].dtype):
             raise UnsupportedKernelError("acc without a reduce of its dtype")
+    _rows.check(kernel)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -301,7 +308,8 @@ def program_source(items: list[tuple[Kernel, Variant]], emitter: Callable[[Kerne
     Their names must differ; pragmas and helper functions are emitted once.  ``emitter`` makes each
     function's emitter (default ``_Emitter``; the C backend passes its subclass).
     """
-    parts = [(emitter or _Emitter)(kernel, variant).parts() for kernel, variant in items]
+    parts = [(emitter or (_rows.RowEmitter if kernel.stages else _Emitter))(kernel, variant).parts()
+             for kernel, variant in items]
     names = [function_name(kernel, variant) for kernel, variant in items]
     assert len(set(names)) == len(names), "one program cannot hold two functions of one name"
     head = dict.fromkeys(line for lines, _ in parts for line in lines)
@@ -983,3 +991,6 @@ def _runs(items: list, widths: tuple[int, ...] = (16, 8, 4, 2, 1)) -> list[tuple
                 out.append((Idx(terms, members[i][0]), [p for _, p in members[i : i + n]]))
                 i += n
     return out
+
+
+from engine.kernel import opencl_rows as _rows  # noqa: E402  (row kernels' codegen; it subclasses _Emitter)

@@ -32,6 +32,8 @@ def valid(kernel: Kernel, v: Variant) -> bool:
         return False
     if v.smem and v.unroll > v.smem:
         return False
+    if kernel.stages and v.group > 2 * max(kernel.row_size, *(s.size for s in kernel.stages)):
+        return False
     return not (red is not None and v.group > 1 and v.group > 2 * max(red.size, 1))
 
 
@@ -54,6 +56,7 @@ def neighbours(kernel: Kernel, v: Variant) -> list[Variant]:
         out += [replace(v, unroll=f) for f in _step(FACTORS, v.unroll)]
         if kernel.reduce is not None:
             out += [replace(v, smem=d) for d in _step(SMEM, v.smem)]
+        if kernel.reduce is not None or kernel.stages:
             out.append(Variant(group=64))
     return [n for n in dict.fromkeys(out) if n != v and valid(kernel, n)]
 
@@ -62,6 +65,10 @@ def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
     """The default and a few variants likely to be good for this kernel's shape (timed first)."""
     red = kernel.reduce
     local = 256 if gpu else None
+    if kernel.stages:  # row kernels: a row per work-group first on a GPU (a row per work item is ~25x slower there)
+        groups = [Variant(group=256), Variant(group=1024 if gpu else 64)]
+        out = [*groups, DEFAULT_VARIANT, Variant(local_size=local)] if gpu else [DEFAULT_VARIANT, *groups]
+        return [v for v in dict.fromkeys(out) if valid(kernel, v)]
     out = [DEFAULT_VARIANT, Variant(local_size=local, upcast=4)]
     if red is not None:
         out.append(Variant(local_size=local, unroll=4))

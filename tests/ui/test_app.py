@@ -5,14 +5,14 @@ from __future__ import annotations
 import math
 import threading
 
+from textual.widget import Widget
+
 from engine.devices import NumpyDevice
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.attach import KernelNode
 from engine.pipeline import STAGES, Options, compile_stages
 from engine.program.dtypes import DType
 from engine.tuning import FAILED, OK, WRONG, Trial, TuneResult
-from textual.widget import Widget
-
 from tests.ui.conftest import compiled, plain
 from zyx_explorer import app as app_module
 from zyx_explorer import model

@@ -1,0 +1,180 @@
+"""OpenCL C of row kernels (``Kernel.stages``): the reduces of a row in order, then the row's outputs.
+
+``engine.kernel.opencl`` dispatches here for row kernels; expressions, loads,
+reduce initial values and combines are its ``_Emitter``'s.  Variants:
+
+* default (``local_size`` may be set): one work item per row; each stage is a
+  loop over its reduce (its loop-invariant part hoisted), then a loop over the
+  row stores the outputs;
+* ``group``: one work-group per row; each stage is a group reduce (strided
+  partial loops, a tree in local memory whose result every item reads), then
+  the items store the row's outputs, strided by the group size, so the row's
+  later reads mostly hit cache and stores are coalesced.
+
+Upcast, tile and unroll do not apply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from engine.devices.base import Variant
+from engine.kernel.index import Var, flatten, var
+from engine.kernel.ir import Acc, Expr, Kernel, Reduce, dependent, schedule
+from engine.kernel.lanes import flat_reduce, rewrite, substitute
+from engine.kernel.opencl import _INT32_MAX, COMPUTE, UnsupportedKernelError, _Emitter
+from engine.program.dtypes import DType
+
+BLOCK = 64
+"""Terms of a float sum the default variant adds before adding their sum to the row's (see ``loop_stage``)."""
+
+
+def variant_error(kernel: Kernel, variant: Variant) -> str | None:
+    """Why ``variant`` cannot apply to row kernel ``kernel``, or None."""
+    v = variant
+    if min(v.upcast, v.tile, v.unroll) < 1 or v.group < 0 or (v.local_size is not None and v.local_size < 1):
+        return f"non-positive parameter in {v}"
+    if (v.upcast, v.tile, v.unroll) != (1, 1, 1):
+        return "a row kernel has no upcast, tile or unroll"
+    if v.group > 1:
+        if v.group & (v.group - 1):
+            return f"group {v.group} is not a power of two"
+        if v.local_size not in (None, v.group):
+            return "group excludes another local size"
+    return None
+
+
+def launch_size(kernel: Kernel, variant: Variant) -> tuple[int, int | None]:
+    """(global size, local size or None): one work item, or one work-group of ``group`` items, per row."""
+    if variant.group > 1:
+        return kernel.numel * variant.group, variant.group
+    local = variant.local_size
+    return (kernel.numel if local is None else math.ceil(kernel.numel / local) * local), local
+
+
+def check(kernel: Kernel) -> None:
+    """Raise ``UnsupportedKernelError`` unless each stage reads only the results of stages before it."""
+    for i, stage in enumerate(kernel.stages):
+        late = [e for e in schedule([stage.body]) if isinstance(e, Acc) and e.stage >= i]
+        if late:
+            raise UnsupportedKernelError(f"stage {i} reads the result of stage {late[0].stage}")
+
+
+class RowEmitter(_Emitter):
+    """Builds the source of one row kernel (``parts()`` as for any kernel)."""
+
+    def __init__(self, kernel: Kernel, variant: Variant) -> None:
+        super().__init__(kernel, variant)
+        self.vars |= {v: f"c{i}" for i, v in enumerate(kernel.row)}  # stages loop over their flattened reduce
+        if 2 * kernel.output_types[0].numel + 64 > _INT32_MAX:
+            self.itype = "long"
+
+    def body(self) -> None:
+        """Work item (or work-group) -> row; each stage's reduce; the row's outputs."""
+        k, it = self.kernel, self.itype
+        group = self.variant.group > 1
+        if group:
+            self.lines.append(f"  const {it} grp = ({it})get_group_id(0);")
+            self.lines.append(f"  const {it} lid = ({it})get_local_id(0);")
+            self.decompose("grp", k.vars)
+        else:
+            self.lines.append(f"  if (get_global_id(0) >= {k.numel}) return;")
+            if any(v.size > 1 for v in k.vars):
+                self.lines.append(f"  const {it} gid = ({it})get_global_id(0);")
+            self.decompose("gid", k.vars)
+        for i, stage in enumerate(k.stages):
+            if group:
+                self.group_stage(i, stage)
+            else:
+                self.loop_stage(i, stage)
+            self.names[Acc(stage.dtype, i)] = f"acc{i}"
+        self.row_outputs()
+
+    def header(self, v: Var, start: str = "0", step: int = 1, bound: str | None = None) -> str:
+        """A ``for`` over variable ``v`` from ``start`` by ``step`` while below ``bound`` (its size)."""
+        name = self.vars[v]
+        inc = f"++{name}" if step == 1 else f"{name} += {step}"
+        return f"for ({self.itype} {name} = {start}; {name} < {bound or v.size}; {inc}) {{"
+
+    def scoped_loop(self, roots: list[Expr], variables: set[Var], headers: list[str], before: list[str],
+                    inside: Callable[[], list[str]], after: tuple[str, ...] = ()) -> None:
+        """Emit ``roots`` (hoisting what does not depend on ``variables``) and the lines ``before``, then the
+        nested loops ``headers`` around the dependent rest and the lines ``inside()``, then the lines ``after``."""
+        inner = dependent(roots, variables) | set(roots)
+        self.emit(roots, "  ", only=set(schedule(roots)) - inner)
+        self.lines += [f"  {line}" for line in before]
+        indent = "  " * (1 + sum(line.endswith("{") for line in before))  # inside the loops ``before`` opens
+        for h in headers:
+            self.lines.append(f"{indent}{h}")
+            indent += "  "
+        scoped = self.emit(roots, indent, only=inner)
+        self.lines += [f"{indent}{line}" for line in inside()]
+        for _ in headers:
+            indent = indent[:-2]
+            self.lines.append(f"{indent}}}")
+        self.lines += [f"  {line}" for line in after]
+        for e in scoped:  # defined inside the loop: out of scope after it
+            del self.names[e]
+
+    def loop_stage(self, i: int, red: Reduce) -> None:
+        """Stage ``i`` on one work item: ``acc<i>`` accumulated over the (flattened) reduce.
+
+        A float sum adds blocks of ``BLOCK`` terms, then the blocks' sums: its rounding error grows like a
+        pairwise sum's (what numpy and the group variants do), not like one long sequential sum's.
+        """
+        acc, t = f"acc{i}", COMPUTE[red.dtype]
+        flat, sub = flat_reduce(red.vars)
+        self.vars[flat] = "ri"
+        (body,) = rewrite([red.body], sub)
+        if red.op != "sum" or not red.dtype.is_float or flat.size <= BLOCK:
+            self.scoped_loop([body], {flat}, [self.header(flat)], [f"{t} {acc} = {self.init(red)};"],
+                             lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};"])
+            return
+        block = f"for ({self.itype} rb = 0; rb < {flat.size}; rb += {BLOCK}) {{"
+        self.scoped_loop([body], {flat}, [self.header(flat, "rb", 1, f"min(rb + {BLOCK}, {self.ilit(flat.size)})")],
+                         [f"{t} {acc} = {self.init(red)};", block, f"  {t} part = {self.init(red)};"],
+                         lambda: [f"part = {self.combine(red, 'part', self.names[body])};"],
+                         (f"  {acc} = {self.combine(red, acc, 'part')};", "}"))
+
+    def group_stage(self, i: int, red: Reduce) -> None:
+        """Stage ``i`` across the work-group: strided partials, a tree in local memory, ``acc<i>`` in every item."""
+        g, it, t, acc, part = self.variant.group, self.itype, COMPUTE[red.dtype], f"acc{i}", f"zx_part{i}"
+        flat, sub = flat_reduce(red.vars)
+        self.vars[flat] = "ri"
+        (body,) = rewrite([red.body], sub)
+        self.scoped_loop([body], {flat}, [self.header(flat, "lid", g)], [f"{t} {acc} = {self.init(red)};"],
+                         lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};"])
+        self.lines += [
+            f"  __local {'int' if red.dtype == DType.BOOL else t} {part}[{g}];",
+            f"  {part}[lid] = {acc};",
+            "  barrier(CLK_LOCAL_MEM_FENCE);",
+            f"  for ({it} s = {g // 2}; s > 0; s >>= 1) {{",
+            f"    if (lid < s) {part}[lid] = {self.combine(red, f'{part}[lid]', f'{part}[lid + s]')};",
+            "    barrier(CLK_LOCAL_MEM_FENCE);",
+            "  }",
+            f"  {acc} = {part}[0];",
+        ]
+
+    def row_outputs(self) -> None:
+        """Every output at every point of the row (strided over the work-group's items in a group variant)."""
+        k = self.kernel
+        at = flatten([var(v) for v in k.store], [v.size for v in k.store])
+        outputs = list(k.outputs)
+        if self.variant.group > 1:
+            flat, sub = flat_reduce(k.row)
+            self.vars[flat] = "ro"
+            outputs, at = rewrite(outputs, sub), substitute(at, sub)
+            variables, headers = {flat}, [self.header(flat, "lid", self.variant.group)]
+        else:
+            variables, headers = set(k.row), [self.header(v) for v in k.row]
+        self.scoped_loop(outputs, variables, headers, [], lambda: [
+            self.put(o, e.dtype, self.index(at), self.names[e]) for o, e in enumerate(outputs)])
+
+    def put(self, o: int, dtype: DType, at: str, name: str) -> str:
+        """The statement storing ``name`` at element ``at`` of output ``o``."""
+        if dtype == DType.F16:
+            return f"vstore_half_rte({name}, {at}, out{o});"
+        if dtype == DType.BOOL:
+            return f"out{o}[{at}] = (uchar){name};"
+        return f"out{o}[{at}] = {name};"

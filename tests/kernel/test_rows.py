@@ -1,0 +1,296 @@
+"""Row kernels: a chain of reduces over one row and the output that uses them, in one kernel.
+
+The kernelizer offers them beside the unfused kernels; each is checked against the
+reference interpreter on the numpy evaluator and on every OpenCL device found, in
+the default variant (a row per work item) and group variants (a row per work-group)
+whose size does not divide the row.
+"""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import sample_graphs
+from engine import Tensor, from_tensors, load
+from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.devices.evaluate import evaluate, unfused
+from engine.devices.numpy_device import LibraryDevice, NumpyDevice
+from engine.devices.opencl import Nominal, discover
+from engine.egraph import from_program, saturate
+from engine.kernel.cost import work
+from engine.kernel.index import Var, add, scale, var
+from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
+from engine.kernel.kernelize import Candidate, Kernelization, kernelize
+from engine.kernel.opencl import InvalidVariantError, UnsupportedKernelError, check, generate, launch_size
+from engine.pipeline import Options, compile_program, extract, run
+from engine.program.dtypes import DType
+from engine.program.program import Program
+from engine.program.reference import evaluate as reference
+from engine.tuning import Budget, predict, suggest, tune
+from engine.tuning.space import seeds
+
+DEVICES = discover()
+F32 = DType.F32
+VARIANTS = [DEFAULT_VARIANT, Variant(local_size=8), Variant(group=4), Variant(group=64)]
+
+
+def kernelized(program: Program) -> Kernelization:
+    egraph = from_program(program)
+    saturate(egraph)
+    return kernelize(egraph)
+
+
+def row_candidates(kz: Kernelization, name: str) -> list[Candidate]:
+    return [c for c in kz.kernels(kz.egraph.output_classes()[name]) if c.kernel.stages]
+
+
+def row_case(program: Program) -> tuple[Kernel, list[np.ndarray], np.ndarray]:
+    """The row kernel of the program's one output (it must read only inputs), its inputs and the expected output."""
+    kz = kernelized(program)
+    ((name, _),) = kz.egraph.output_classes().items()
+    (cand,) = row_candidates(kz, name)
+    values = program.input_values()
+    names = [kz.egraph.node(kz.defaults[c]).param for c in cand.inputs]
+    want = reference(program.lower(), values)[name]
+    return cand.kernel, [values[n] for n in names], want
+
+
+def close(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
+    rtol, atol = F32.tolerance
+    np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol, atol, err_msg=what)
+
+
+def on_device(device, kernel: Kernel, arrays: list[np.ndarray], variant: Variant) -> np.ndarray:
+    compiled = device.compile(kernel, variant)
+    ins = [device.upload(np.asarray(a, b.dtype.numpy)) for a, b in zip(arrays, kernel.inputs)]
+    (out_type,) = kernel.output_types
+    out = device.alloc(out_type)
+    device.launch(compiled, ins, [out])
+    got = device.download(out, out_type)
+    for h in [*ins, out]:
+        device.free(h)
+    return got
+
+
+def check_everywhere(kernel: Kernel, arrays: list[np.ndarray], want: np.ndarray) -> None:
+    """The numpy evaluator and device, and every OpenCL device in every variant of VARIANTS, give ``want``."""
+    (got,) = evaluate(kernel, arrays)
+    close(got, want, "numpy evaluator")
+    numpy = NumpyDevice(max_elements=64)
+    close(on_device(numpy, kernel, arrays, DEFAULT_VARIANT), want, "numpy device")
+    for device in DEVICES:
+        device.compile_many([(kernel, v) for v in VARIANTS])
+        for v in VARIANTS:
+            close(on_device(device, kernel, arrays, v), want, f"{device.name} {v}")
+
+
+# -- the kernelizer ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["softmax.small", "layernorm.small"])
+def test_kernelizer_offers_a_row_kernel_for_normalisations(name):
+    program = load(sample_graphs.path(name))
+    kz = kernelized(program)
+    ((out, cls),) = kz.egraph.output_classes().items()
+    rows = row_candidates(kz, out)
+    assert len(rows) == 1 and rows[0] is not kz.kernels(cls)[0]  # an extra candidate, not the default
+    kernel = rows[0].kernel
+    assert kernel.reduce is None and len(kernel.stages) == 2
+    assert [s.op for s in kernel.stages] == (["max", "sum"] if name.startswith("softmax") else ["sum", "sum"])
+    assert all(kz.egraph.node(kz.defaults[c]).op == "leaf" for c in rows[0].inputs)  # nothing stored between
+    assert kernel.shape == kernel.output_types[0].shape[:1] and kernel.row_size == kernel.output_types[0].shape[1]
+    assert any(isinstance(e, Acc) and e.stage == 0 for e in schedule([kernel.stages[1].body]))  # a chain
+    # the unfused kernels are still offered: the output's default kernel loads the stored reduces
+    assert len(kz.kernels(cls)[0].inputs) > len(rows[0].inputs)
+
+
+def test_row_kernel_moves_fewer_bytes_than_the_unfused_chain():
+    kernel, _, _ = row_case(from_tensors([Tensor.input("x", (64, 100)).softmax().named("y")]))
+    parts = unfused(kernel)
+    assert len(parts) == 3
+    assert work(kernel).bytes == 2 * 64 * 100 * 4
+    assert work(kernel).bytes < sum(work(k).bytes for k in parts)
+    assert work(kernel).ops >= sum(work(k).ops for k in parts[:1])
+
+
+def test_elementwise_and_lone_reduces_get_no_row_kernel():
+    x = Tensor.input("x", (8, 16))
+    for y in ((x * 2).exp(), x.sum(-1), x.max(-1).exp()):
+        kz = kernelized(from_tensors([y.named("y")]))
+        assert not row_candidates(kz, "y")
+
+
+def test_no_row_kernel_recomputes_a_normalisation_per_point_of_a_matmul():
+    x, w = Tensor.input("x", (8, 16)), Tensor.input("w", (16, 32))
+    kz = kernelized(from_tensors([(x.layernorm() @ w).relu().named("y")]))
+    assert not [c for c in kz.candidates.values() if c.kernel.stages and c.kernel.row_size <= 1]
+
+
+# -- correctness: numpy and OpenCL, every variant -----------------------------------------
+
+
+def _program(build, shape) -> Program:
+    return from_tensors([build(Tensor.input("x", shape)).named("y")])
+
+
+CASES = {
+    "softmax": (lambda x: x.softmax(), (5, 37)),
+    "log_softmax": (lambda x: x.log_softmax(), (3, 100)),
+    "softmax_axis0": (lambda x: x.softmax(axis=0), (67, 6)),
+    "softmax_middle": (lambda x: x.softmax(axis=1), (2, 19, 3)),
+    "softmax_whole": (lambda x: x.reshape(90).softmax(), (9, 10)),
+    "layernorm_no_affine": (lambda x: x.layernorm(), (4, 33)),
+    "var_of_exp": (lambda x: x.exp().var(-1, keepdim=True).expand(6, 29) * x, (6, 29)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_row_kernel_matches_the_reference(case):
+    build, shape = CASES[case]
+    kernel, arrays, want = row_case(_program(build, shape))
+    check_everywhere(kernel, arrays, want)
+
+
+def test_layernorm_with_weight_and_bias_matches_the_reference():
+    x, w, b = Tensor.input("x", (7, 45)), Tensor.input("w", (45,)), Tensor.input("b", (45,))
+    kernel, arrays, want = row_case(from_tensors([x.layernorm(w, b).named("y")]))
+    assert len(kernel.inputs) == 3
+    check_everywhere(kernel, arrays, want)
+
+
+@st.composite
+def chains(draw):
+    """x (rows, cols), then 1-3 reduces over its last axis, each reading x and the reduces before it."""
+    rows, cols = draw(st.integers(1, 5)), draw(st.integers(2, 70))  # a reduce over 1 element is no reduce
+    x = Tensor.input("x", (rows, cols))
+    cur, ops = x, []
+    for _ in range(draw(st.integers(1, 3))):
+        pre = draw(st.sampled_from(["id", "square", "exp"]))
+        arg = {"id": cur, "square": cur * cur, "exp": cur.exp()}[pre]
+        red = draw(st.sampled_from(["sum", "max", "mean"]))
+        r = getattr(arg, red)(-1, keepdim=True).expand(rows, cols)
+        post = draw(st.sampled_from(["sub", "mul", "div"]))
+        squashed = r.tanh()  # keeps every stage's values within [-1, 1]
+        cur = {"sub": x - squashed, "mul": x * squashed, "div": x / (squashed.abs() + 1)}[post]
+        ops.append((pre, red, post))
+    return from_tensors([cur.named("y")]), ops
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_random_reduce_chains(case):
+    program, ops = case
+    kernel, arrays, want = row_case(program)
+    assert 1 <= len(kernel.stages) <= len(ops)
+    check_everywhere(kernel, arrays, want)
+
+
+# -- codegen -------------------------------------------------------------------------------
+
+
+def test_group_variant_source_and_launch():
+    kernel, _, _ = row_case(_program(lambda x: x.softmax(), (5, 37)))
+    source = generate(kernel, Variant(group=16))
+    assert source.count("barrier(CLK_LOCAL_MEM_FENCE)") == 4 and "zx_part1" in source
+    assert "for (int ro = lid; ro < 37; ro += 16)" in source and "return" not in source
+    assert launch_size(kernel, Variant(group=16)) == (5 * 16, 16)
+    assert launch_size(kernel, Variant(local_size=4)) == (8, 4)
+    for bad in (Variant(upcast=2), Variant(unroll=2), Variant(group=12), Variant(group=16, local_size=8)):
+        with pytest.raises(InvalidVariantError):
+            generate(kernel, bad)
+
+
+def test_a_stage_reading_a_later_stage_is_unsupported():
+    g, r = Var("g0", 4), Var("r0", 8)
+    x = Load(0, add(scale(var(g), 8), var(r)), 32, F32)
+    stages = (Reduce("sum", (r,), Op("add", (x, Acc(F32, 1)), F32)), Reduce("sum", (r,), x))
+    c = Var("g1", 8)
+    kernel = Kernel((Buffer((4, 8), F32),), (4,), (g,), None, (Acc(F32, 0),), stages, (g, c))
+    with pytest.raises(UnsupportedKernelError):
+        check(kernel)
+
+
+# -- devices, tuning and extraction ----------------------------------------------------------
+
+
+def test_blas_declines_row_kernels_and_numpy_estimates_them_as_their_parts():
+    kernel, _, _ = row_case(_program(lambda x: x.softmax(), (64, 100)))
+    assert not LibraryDevice().supports(kernel)
+    numpy = NumpyDevice()
+    parts = sum(numpy.estimate(k) for k in unfused(kernel))
+    assert math.isclose(numpy.estimate(kernel), parts - 2 * numpy.launch_overhead)
+
+
+@pytest.mark.skipif(not DEVICES, reason="no OpenCL device")
+def test_tuning_a_row_kernel_verifies_every_seed():
+    kernel, _, _ = row_case(_program(lambda x: x.log_softmax(), (33, 300)))
+    result = tune(kernel, DEVICES[0], Budget(variants=8, seconds=20))
+    assert result.ok and len(result.trials) >= 3
+    assert all(t.status == "ok" for t in result.trials), [(str(t.variant), t.reason) for t in result.trials]
+    assert any(t.variant.group > 1 for t in result.trials)
+
+
+@pytest.mark.parametrize("name", ["softmax.small", "layernorm.small"])
+def test_plans_choose_the_row_kernel_by_cost_and_still_run_without_it(name):
+    program = load(sample_graphs.path(name))
+    devices = [NumpyDevice(), *DEVICES]
+    c = compile_program(program, devices, Options(tune=False))
+    assert c.verification.ok
+    (launch,) = c.plan.launches()  # one kernel: the row kernel, on whichever device is cheapest
+    assert launch.kernel.stages
+    # where the row kernel is slower (here: made infinitely slow), extraction takes the unfused chain
+    for kn in c.kernel_times:
+        if c.kernelization.candidates[kn.candidate].kernel.stages:
+            c.kernel_times[kn] = math.inf
+    extract(c)
+    assert len(c.plan.launches()) > 1 and not any(s.kernel.stages for s in c.plan.launches())
+    assert run(c).ok
+
+
+def _unfused_and_row(program: Program) -> tuple[list[Kernel], Kernel]:
+    """The output's default chain of kernels (the reduces stored) and its row kernel."""
+    kz = kernelized(program)
+    chain, seen, stack = [], set(), list(kz.egraph.output_classes().values())
+    while stack:
+        c = kz.egraph.find(stack.pop())
+        if c not in seen and kz.kernels(c):
+            seen.add(c)
+            chain.append(kz.kernels(c)[0].kernel)
+            stack.extend(kz.kernels(c)[0].inputs)
+    ((name, _),) = kz.egraph.output_classes().items()
+    (row,) = row_candidates(kz, name)
+    return chain, row.kernel
+
+
+class _GPU:
+    """Just what the cost model reads of an OpenCL GPU: H200-like nominal numbers and limits."""
+
+    name, pool, is_gpu = "gpu", "gpu", True
+    nominal = Nominal(bandwidth=3.3e12, throughput=132 * 1.98e9 * 64, overhead=5e-6, transfer_bandwidth=20e9,
+                      transfer_overhead=1e-5)
+    device = SimpleNamespace(max_compute_units=132)
+
+    def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
+        return None
+
+
+@pytest.mark.skipif(not any(not d.is_gpu for d in DEVICES), reason="no OpenCL CPU device")
+def test_the_cost_model_prefers_row_kernels_on_gpus_not_cpus():
+    x = Tensor.input("x", (4096, 4096))
+    chain, row = _unfused_and_row(from_tensors([x.softmax().named("y")]))
+    assert len(chain) == 3
+    gpu, cpu = _GPU(), next(d for d in DEVICES if not d.is_gpu)
+
+    def seconds(device, kernels):
+        return sum(predict(k, device, suggest(k, device)) for k in kernels)
+
+    assert seconds(gpu, [row]) < 0.6 * seconds(gpu, chain)  # read once instead of three times
+    assert suggest(row, gpu).group > 1  # a row per work-group
+    assert seeds(row, gpu=True)[0].group > 1 and seeds(row, gpu=False)[0] == DEFAULT_VARIANT  # timed first
+    assert seconds(cpu, [row]) > seconds(cpu, chain)  # its loops do not vectorise there
