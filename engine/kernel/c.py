@@ -148,6 +148,7 @@ class CEmitter(_Emitter):
     """The OpenCL emitter's expressions inside C loops over the kernel's points (see the module docstring)."""
 
     vectors = False
+    sum_block = 0  # its reduce loops carry ``omp simd reduction`` clauses over ``acc``, which partials would break
 
     def __init__(self, kernel: Kernel, variant: Variant, threads: int) -> None:
         super().__init__(kernel, variant)
@@ -164,10 +165,10 @@ class CEmitter(_Emitter):
 
     # loops
 
-    def loop(self, v: Var, indent: str, start: str = "0", step: int = 1) -> str:
+    def loop(self, v: Var, indent: str, start: str = "0", step: int = 1, stop: str | None = None) -> str:
         if v == self.simd_loop:
             self.lines.append(f"{indent}#pragma omp simd reduction({self.reduction_clause()})")
-        return super().loop(v, indent, start, step)
+        return super().loop(v, indent, start, step, stop)
 
     def reduction_clause(self, lanes_: int | None = None) -> str:
         red = self.kernel.reduce

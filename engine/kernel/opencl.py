@@ -382,6 +382,8 @@ class _Emitter:
 
     vectors = True
     """Whether runs of loads and stores become ``vloadN``/``vstoreN`` (a C backend leaves that to its compiler)."""
+    sum_block = SUM_BLOCK
+    """Terms per partial of a blocked float sum (0: one running sum)."""
 
     def __init__(self, kernel: Kernel, variant: Variant) -> None:
         error = variant_error(kernel, variant)
@@ -647,12 +649,12 @@ class _Emitter:
         """
         red = self.kernel.reduce
         assert red is not None
-        trips = max(1, SUM_BLOCK // per_trip) if red.op == "sum" and red.dtype.is_float and SUM_BLOCK else v.size
+        block = self.sum_block
+        trips = max(1, block // per_trip) if red.op == "sum" and red.dtype.is_float and block else v.size
         if trips >= v.size:
             body(self.loop(v, indent), "acc")
             self.lines.append(f"{indent}}}")
             return
-        t, c = COMPUTE[red.dtype], f"{self.vars[v]}b"
         t, c = COMPUTE[red.dtype], f"{self.vars[v]}b"
         self.lines.append(f"{indent}for ({self.itype} {c} = 0; {c} < {v.size}; {c} += {trips}) {{")
         inner = indent + "  "
