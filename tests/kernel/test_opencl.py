@@ -770,10 +770,10 @@ def test_blocked_sums_meet_the_f32_tolerance(device):
 
 
 def test_sequential_sums_miss_the_f32_tolerance(device, monkeypatch):
-    """The same kernels with sequential accumulation (SUM_BLOCK 0) return 1.0: the check above can fail."""
+    """The same kernels with sequential accumulation (sum_block 0) return 1.0: the check above can fail."""
     from engine.kernel import opencl
 
-    monkeypatch.setattr(opencl, "SUM_BLOCK", 0)
+    monkeypatch.setattr(opencl._Emitter, "sum_block", 0)
     opencl.generate.cache_clear()
     try:
         kernel, arrays, exact = tiny_terms_kernel(4096)
