@@ -32,10 +32,11 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
+from engine.devices.numpy_device import HostMemory
 from engine.fileio import write_atomic
 from engine.kernel.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.cost import work
-from engine.kernel.ir import Buffer, Kernel
+from engine.kernel.ir import Kernel
 from engine.kernel.opencl import UnsupportedKernelError, check, function_name
 
 CACHE_LINE = 64
@@ -198,7 +199,7 @@ class NativeKernel:
     """The ctypes function: pointers to the inputs then the outputs; returns 0 (1: out of memory)."""
 
 
-class NativeDevice:
+class NativeDevice(HostMemory):
     """Kernels as C functions over host arrays (see the module docstring).
 
     Nominal numbers for a small CPU: streams ~12 GB/s on all threads (about a numpy copy), ~1 G scalar
@@ -291,18 +292,6 @@ class NativeDevice:
         fn.argtypes = [ctypes.c_void_p] * (len(kernel.inputs) + len(kernel.outputs))
         fn.restype = ctypes.c_int
         return NativeKernel(kernel, variant, text, fn)
-
-    def alloc(self, buffer: Buffer) -> np.ndarray:
-        return np.empty(buffer.shape, buffer.dtype.numpy)
-
-    def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, order="C", copy=True)
-
-    def download(self, handle: np.ndarray, buffer: Buffer) -> np.ndarray:
-        return np.array(handle, dtype=buffer.dtype.numpy, order="C", copy=True).reshape(buffer.shape)
-
-    def free(self, handle: Any) -> None:
-        pass
 
     def launch(self, compiled: NativeKernel, inputs: list[Any], outputs: list[Any]) -> float:
         """Run ``compiled`` on contiguous host arrays (others are copied first); returns seconds of the call."""

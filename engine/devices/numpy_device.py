@@ -34,7 +34,23 @@ class NumpyCompiled:
     plan: Plan | RowPlan
 
 
-class NumpyDevice:
+class HostMemory:
+    """Buffers of the host pool: numpy arrays (shared by the devices that run on the host)."""
+
+    def alloc(self, buffer: Buffer) -> np.ndarray:
+        return np.empty(buffer.shape, buffer.dtype.numpy)
+
+    def upload(self, array: np.ndarray) -> np.ndarray:
+        return np.array(array, order="C", copy=True)
+
+    def download(self, handle: np.ndarray, buffer: Buffer) -> np.ndarray:
+        return np.array(handle, dtype=buffer.dtype.numpy, order="C", copy=True).reshape(buffer.shape)
+
+    def free(self, handle: Any) -> None:
+        pass
+
+
+class NumpyDevice(HostMemory):
     """Runs any kernel with the vectorised numpy evaluator (``engine.devices.evaluate``).
 
     Kernels are evaluated in L2-sized chunks on ``threads`` threads (one for small kernels), one numpy
@@ -78,18 +94,6 @@ class NumpyDevice:
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         planned = plan_rows(kernel, self.max_elements, self.view_elements) if kernel.stages else self._plan(kernel)
         return NumpyCompiled(kernel, variant, planned)
-
-    def alloc(self, buffer: Buffer) -> np.ndarray:
-        return np.empty(buffer.shape, buffer.dtype.numpy)
-
-    def upload(self, array: np.ndarray) -> np.ndarray:
-        return np.array(array, order="C", copy=True)
-
-    def download(self, handle: np.ndarray, buffer: Buffer) -> np.ndarray:
-        return np.array(handle, dtype=buffer.dtype.numpy, order="C", copy=True).reshape(buffer.shape)
-
-    def free(self, handle: Any) -> None:
-        pass
 
     def threads_for(self, kernel: Kernel) -> int:
         """The threads a launch of ``kernel`` uses: one below ``parallel_elements`` points (outputs x reduce)."""
