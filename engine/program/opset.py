@@ -9,6 +9,7 @@ handles (composite ops) or with ``em.emit`` (ops that map onto one primitive).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -367,29 +368,61 @@ def _windows(x, axis: int, k: int, stride: int):
     return x.reshape(pre + (k, out) + post)
 
 
-def _lower_conv2d(em, x, w, bias=None, *, stride, padding):
+def _every(x, axis: int, step: int):
+    """Keep every ``step``-th element along ``axis`` (from the first): pad to a multiple, split, keep column 0."""
+    if step == 1:
+        return x
+    pre, size, post = x.shape[:axis], x.shape[axis], x.shape[axis + 1 :]
+    count = -(-size // step)
+    none, after = ((0, 0),) * len(pre), ((0, 0),) * len(post)
+    x = x.pad(none + ((0, count * step - size),) + after).reshape(pre + (count, step) + post)
+    return x.pad(none + ((0, 0), (0, 1 - step)) + after).reshape(pre + (count,) + post)
+
+
+def _dilated_windows(x, axis: int, k: int, stride: int, dilation: int):
+    """``_windows`` whose k taps are ``dilation`` apart: windows of the span, then every dilation-th tap."""
+    if dilation == 1:
+        return _windows(x, axis, k, stride)
+    return _every(_windows(x, axis, (k - 1) * dilation + 1, stride), axis, dilation)
+
+
+def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
     if x.ndim != 4 or w.ndim != 4:
         raise ShapeError(f"conv2d needs x [N, C, H, W] and weight [O, C, KH, KW], got {_fmt(x.shape)} and {_fmt(w.shape)}")
     if stride < 1:
         raise ShapeError(f"stride must be >= 1, got {stride}", "attrs.stride")
     if padding < 0:
         raise ShapeError(f"padding must be >= 0, got {padding}", "attrs.padding")
-    (n, c, h, wd), (o, c2, kh, kw) = x.shape, w.shape
-    if c != c2:
-        raise ShapeError(f"conv2d channels differ: x {_fmt(x.shape)} has {c}, weight {_fmt(w.shape)} has {c2}")
-    if h + 2 * padding < kh or wd + 2 * padding < kw:
-        raise ShapeError(f"conv2d kernel {kh}x{kw} is larger than the padded input {h + 2 * padding}x{wd + 2 * padding}")
+    if dilation < 1:
+        raise ShapeError(f"dilation must be >= 1, got {dilation}", "attrs.dilation")
+    (n, c, h, wd), (o, cg, kh, kw) = x.shape, w.shape
+    if groups < 1 or c % groups or o % groups:
+        raise ShapeError(f"groups={groups} must be >= 1 and divide the {c} input and {o} output channels", "attrs.groups")
+    if c != cg * groups:
+        raise ShapeError(f"conv2d channels differ: x {_fmt(x.shape)} has {c}, weight {_fmt(w.shape)} has {cg}"
+                         + (f" per group ({groups} groups)" if groups > 1 else ""))
+    span_h, span_w = (kh - 1) * dilation + 1, (kw - 1) * dilation + 1
+    if h + 2 * padding < span_h or wd + 2 * padding < span_w:
+        raise ShapeError(f"conv2d kernel {span_h}x{span_w} is larger than the padded input {h + 2 * padding}x{wd + 2 * padding}")
     if bias is not None and bias.shape != (o,):
         raise ShapeError(f"conv2d bias must have shape [{o}], got {_fmt(bias.shape)}")
     _forbid_bool("conv2d", x, w)
     dtype = promote(x.dtype, w.dtype)
     x = x.cast(dtype).pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    win = _windows(_windows(x, 2, kh, stride), 4, kw, stride)  # [N, C, KH, OH, KW, OW]
+    win = _dilated_windows(_dilated_windows(x, 2, kh, stride, dilation), 4, kw, stride, dilation)  # [N, C, KH, OH, KW, OW]
     oh, ow = win.shape[3], win.shape[5]
-    full = (n, o, oh, ow, c, kh, kw)
-    patches = win.permute(0, 3, 5, 1, 2, 4).reshape(n, 1, oh, ow, c, kh, kw).expand(full)
-    kernel = w.cast(dtype).reshape(1, o, 1, 1, c, kh, kw).expand(full)
-    out = (patches * kernel).sum((4, 5, 6))
+    if groups == 1:
+        full = (n, o, oh, ow, c, kh, kw)
+        patches = win.permute(0, 3, 5, 1, 2, 4).reshape(n, 1, oh, ow, c, kh, kw).expand(full)
+        kernel = w.cast(dtype).reshape(1, o, 1, 1, c, kh, kw).expand(full)
+        out = (patches * kernel).sum((4, 5, 6))
+    else:  # an extra group axis: output channel g*og+j reads input channels g*cg .. (g+1)*cg
+        og = o // groups
+        full = (n, groups, og, oh, ow, cg, kh, kw)
+        patches = win.permute(0, 3, 5, 1, 2, 4).reshape(n, 1, oh, ow, groups, cg, kh, kw)
+        patches = patches.permute(0, 4, 1, 2, 3, 5, 6, 7).expand(full)
+        kernel = w.cast(dtype).reshape(1, groups, og, 1, 1, cg, kh, kw).expand(full)
+        out = (patches * kernel).sum((5, 6, 7)).reshape(n, o, oh, ow)
     return out if bias is None else out + bias.reshape(1, o, 1, 1)
 
 
@@ -410,6 +443,151 @@ def _lower_attention(em, q, k, v, *, scale):
     return ((q @ k.transpose()) * scale).softmax(-1) @ v
 
 
+# -- ops for imported models: joining, slicing, indexing, selection, erf, pooling ------------
+
+
+def _lower_concat(em, *xs, axis):
+    """Each part padded with zeros to the full length at its offset, then added (or-ed for bool)."""
+    first = xs[0]
+    axis = normalize_axis(axis, first.ndim, "axis")
+    for k, x in enumerate(xs[1:], 1):
+        if x.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis):
+            raise ShapeError(f"concat along axis {axis}: args[{k}] has shape {_fmt(x.shape)}, args[0] {_fmt(first.shape)} "
+                             "(all other axes must agree)")
+    dtype = functools.reduce(promote, (x.dtype for x in xs))
+    total = sum(x.shape[axis] for x in xs)
+    out, offset = None, 0
+    for x in xs:
+        size = x.shape[axis]
+        part = x.cast(dtype).pad(tuple((offset, total - offset - size) if i == axis else (0, 0) for i in range(x.ndim)))
+        out = part if out is None else (out.logical_or(part) if dtype == DType.BOOL else out + part)
+        offset += size
+    return out
+
+
+def _lower_slice(em, x, starts, ends, axes, steps):
+    """Python slicing per axis (positive steps): shrink with a negative pad, then keep every step-th element."""
+    axes = tuple(range(len(starts))) if axes is None else axes
+    steps = (1,) * len(starts) if steps is None else steps
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise ShapeError(f"slice: starts, ends, axes and steps differ in length ({len(starts)}, {len(ends)}, "
+                         f"{len(axes)}, {len(steps)})", "attrs")
+    seen = set()
+    for axis, start, end, step in zip(axes, starts, ends, steps):
+        a = normalize_axis(axis, x.ndim, "axes")
+        if a in seen:
+            raise ShapeError(f"slice names axis {a} twice", "attrs.axes")
+        seen.add(a)
+        if step < 1:
+            raise ShapeError(f"slice steps must be >= 1, got {step}", "attrs.steps")
+        size = x.shape[a]
+        lo, hi, _ = slice(start, end, step).indices(size)
+        count = len(range(lo, hi, step))
+        keep = ((-lo, (count - 1) * step + 1 + lo - size) if count else (-size, 0))
+        x = _every(x.pad(tuple(keep if i == a else (0, 0) for i in range(x.ndim))), a, step if count else 1)
+    return x
+
+
+def _arange(em, n: int):
+    """[0, 1, .., n-1] as i32 from movement ops and a sum (there is no iota primitive):
+    window j of n ones behind n-1 zeros holds o+1 ones at position o."""
+    ones = em.const(1, DType.I32).reshape(1).expand(n).pad(((n - 1, 0),))
+    return _windows(ones, 0, n, 1).sum(0) - 1
+
+
+def _select(c, x):
+    """``x`` where the bool ``c`` holds, else 0, without 0 * inf = NaN for floats:
+    clamp the positive and negative parts of x to a bound that is +inf where c holds and 0 elsewhere."""
+    if x.dtype == DType.BOOL:
+        return c.logical_and(x)
+    if not x.dtype.is_float:
+        return x * c.cast(x.dtype)
+    bound = (1 - c.cast(x.dtype)).recip() - 1  # recip(0) = inf where c holds, recip(1) - 1 = 0 elsewhere
+
+    def clamp(part):  # min(part, bound), from maximum: part >= 0
+        return -((-part).maximum(-bound))
+
+    return clamp(x.relu()) - clamp((-x).relu())
+
+
+def _lower_where(em, c, a, b):
+    if c.dtype != DType.BOOL:
+        raise DTypeError(f"where needs a bool condition, got {c.dtype}")
+    shape = broadcast_shapes(broadcast_shapes(c.shape, a.shape), b.shape)
+    dtype = promote(a.dtype, b.dtype)
+    c, a, b = c.expand(shape), a.cast(dtype).expand(shape), b.cast(dtype).expand(shape)
+    picked, other = _select(c, a), _select(c.logical_not(), b)
+    return picked.logical_or(other) if dtype == DType.BOOL else picked + other
+
+
+def _lower_gather(em, x, indices, *, axis):
+    """``take(x, indices, axis)``: a one-hot of the indices against an arange, selected and summed over the axis.
+
+    Negative indices count from the end; an index out of range selects nothing (0).
+    """
+    if not indices.dtype.is_int:
+        raise DTypeError(f"gather needs integer indices, got {indices.dtype}")
+    axis = normalize_axis(axis, x.ndim, "axis")
+    n, pre, post = x.shape[axis], x.shape[:axis], x.shape[axis + 1 :]
+    if n == 0:
+        raise ShapeError(f"gather from axis {axis} of {_fmt(x.shape)}, which is empty", "attrs.axis")
+    idx = indices.cast(DType.I32)
+    idx = idx + idx.cmplt(0).cast(DType.I32) * n
+    ni = idx.ndim
+    hot = idx.reshape(idx.shape + (1,)).eq(_arange(em, n))  # [*I, n]
+    full = pre + idx.shape + (n,) + post
+    hot = hot.reshape((1,) * len(pre) + idx.shape + (n,) + (1,) * len(post)).expand(full)
+    data = x.reshape(pre + (1,) * ni + (n,) + post).expand(full)
+    picked = _select(hot, data)
+    return (picked.cast(DType.I32) if x.dtype == DType.BOOL else picked).sum(len(pre) + ni).cast(x.dtype)
+
+
+def _lower_erf(em, x):
+    """Abramowitz and Stegun 7.1.26 (absolute error < 1.5e-7): odd, from |x| and the sign of x."""
+    x = _float(x)
+    a = x.abs()
+    t = (a * 0.3275911 + 1).recip()
+    poly = ((((t * 1.061405429 - 1.453152027) * t + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t
+    sign = x.cmpgt(0).cast(x.dtype) - x.cmplt(0).cast(x.dtype)
+    return sign * (1 - poly * (-(a * a)).exp())
+
+
+def _pool_windows(x, kernel, stride, padding, dilation, fill, op: str):
+    """Pad the last two axes with ``fill`` and cut them into windows: [.., KH, OH, KW, OW]."""
+    if x.ndim < 3:
+        raise ShapeError(f"{op} needs a tensor [.., H, W] of rank >= 3, got {_fmt(x.shape)}")
+    for name, v in (("kernel", kernel), ("stride", stride), ("dilation", dilation)):
+        if v is not None and (len(v) != 2 or min(v) < 1):
+            raise ShapeError(f"{name} must be two integers >= 1, got {list(v)}", f"attrs.{name}")
+    if len(padding) != 2 or any(p < 0 for pair in padding for p in pair):
+        raise ShapeError(f"padding must be two [before, after] pairs >= 0, got {[list(p) for p in padding]}", "attrs.padding")
+    stride = kernel if stride is None else stride
+    lead = ((0, 0),) * (x.ndim - 2)
+    x = x.pad(lead + padding, fill)
+    for i, axis in enumerate((x.ndim - 2, x.ndim - 1)):
+        span = (kernel[i] - 1) * dilation[i] + 1
+        if x.shape[axis + i] < span:
+            raise ShapeError(f"{op} window {span} is larger than the padded input axis of size {x.shape[axis + i]}")
+        x = _dilated_windows(x, axis + i, kernel[i], stride[i], dilation[i])
+    return x
+
+
+def _lower_maxpool2d(em, x, kernel, stride, padding, dilation):
+    _forbid_bool("maxpool2d", x)
+    low = -math.inf if x.dtype.is_float else _int_bounds(x.dtype)[0]
+    win = _pool_windows(x, kernel, stride, padding, dilation, low, "maxpool2d")
+    return win.max((-4, -2))
+
+
+def _lower_avgpool2d(em, x, kernel, stride, padding, dilation, count_include_pad):
+    x = _float(x)
+    total = _pool_windows(x, kernel, stride, padding, dilation, 0.0, "avgpool2d").sum((-4, -2))
+    if count_include_pad or all(p == (0, 0) for p in padding):
+        return total * (1 / (kernel[0] * kernel[1]))
+    ones = x.const(1.0, x.dtype).reshape(1, 1, 1).expand((1,) + x.shape[-2:])
+    return total / _pool_windows(ones, kernel, stride, padding, dilation, 0.0, "avgpool2d").sum((-4, -2))
+
+
 # -- the registry ----------------------------------------------------------------------
 
 _REDUCE_ATTRS = {"axes": Attr(attr_types.parse_axes, None), "keepdim": Attr(attr_types.parse_bool, False)}
@@ -418,6 +596,14 @@ _AXIS = {"axis": Attr(attr_types.parse_int, -1)}
 
 def _optional_float(v: object) -> float | None:
     return None if v is None else attr_types.parse_float(v)
+
+
+def _optional_ints(v: object) -> tuple[int, ...] | None:
+    return None if v is None else attr_types.parse_ints(v)
+
+
+_POOL_ATTRS = {"kernel": Attr(attr_types.parse_ints), "stride": Attr(_optional_ints, None),
+               "padding": Attr(attr_types.parse_padding, ((0, 0), (0, 0))), "dilation": Attr(attr_types.parse_ints, (1, 1))}
 
 
 def _specs() -> dict[str, OpSpec]:
@@ -444,10 +630,23 @@ def _specs() -> dict[str, OpSpec]:
                "layer normalisation: args x, optional weight, optional bias"),
         OpSpec("rmsnorm", _lower_rmsnorm, (1, 2), {**_AXIS, "eps": Attr(attr_types.parse_float, 1e-6)},
                "RMS normalisation: args x, optional weight"),
-        OpSpec("conv2d", _lower_conv2d, (2, 3), {"stride": Attr(attr_types.parse_int, 1), "padding": Attr(attr_types.parse_int, 0)},
-               "2-D convolution: args x [N,C,H,W], weight [O,C,KH,KW], optional bias [O]"),
+        OpSpec("conv2d", _lower_conv2d, (2, 3), {"stride": Attr(attr_types.parse_int, 1), "padding": Attr(attr_types.parse_int, 0),
+                                                 "dilation": Attr(attr_types.parse_int, 1), "groups": Attr(attr_types.parse_int, 1)},
+               "2-D convolution: args x [N,C,H,W], weight [O,C/groups,KH,KW], optional bias [O]"),
         OpSpec("attention", _lower_attention, (3, 3), {"scale": Attr(_optional_float, None)},
                "scaled dot-product attention softmax(q @ k^T * scale) @ v"),
+        OpSpec("concat", _lower_concat, (1, 1024), {"axis": Attr(attr_types.parse_int, 0)}, "join tensors along an axis"),
+        OpSpec("slice", _lower_slice, (1, 1), {"starts": Attr(attr_types.parse_ints), "ends": Attr(attr_types.parse_ints),
+                                               "axes": Attr(_optional_ints, None), "steps": Attr(_optional_ints, None)},
+               "python slicing start:end:step of the listed axes (default 0, 1, ..); steps >= 1"),
+        OpSpec("gather", _lower_gather, (2, 2), {"axis": Attr(attr_types.parse_int, 0)},
+               "take(x, indices, axis): args x, integer indices (negative count from the end)"),
+        OpSpec("where", _lower_where, (3, 3), {}, "elementwise select: args bool condition, value if true, value if false"),
+        OpSpec("erf", _lower_erf, (1, 1), {}, "the error function (absolute error < 1.5e-7)"),
+        OpSpec("maxpool2d", _lower_maxpool2d, (1, 1), _POOL_ATTRS,
+               "max over windows of the last two axes; stride defaults to the kernel, padding is [[top, bottom], [left, right]]"),
+        OpSpec("avgpool2d", _lower_avgpool2d, (1, 1), {**_POOL_ATTRS, "count_include_pad": Attr(attr_types.parse_bool, False)},
+               "mean over windows of the last two axes (padding counted only with count_include_pad)"),
         OpSpec("minimum", _lower_minimum, (2, 2), {}, "elementwise minimum (broadcasting)"),
         OpSpec("exp", _lower_exp, (1, 1), {}, "e ** x"),
         OpSpec("log", _lower_log, (1, 1), {}, "natural logarithm"),

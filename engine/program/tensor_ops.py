@@ -151,9 +151,43 @@ class TensorOps:
         args = tuple(t for t in (self, weight) if t is not None)
         return self._apply("rmsnorm", args, {"axis": axis, "eps": eps})
 
-    def conv2d(self, weight: Self, bias: Self | None = None, stride: int = 1, padding: int = 0) -> Self:
+    def conv2d(self, weight: Self, bias: Self | None = None, stride: int = 1, padding: int = 0,
+               dilation: int = 1, groups: int = 1) -> Self:
         args = tuple(t for t in (self, weight, bias) if t is not None)
-        return self._apply("conv2d", args, {"stride": stride, "padding": padding})
+        return self._apply("conv2d", args, {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups})
 
     def attention(self, key: Self, value: Self, scale: float | None = None) -> Self:
         return self._apply("attention", (self, key, value), {"scale": scale})
+
+    # -- joining, slicing, indexing, selection, pooling -------------------------------
+    def concat(self, *others: Self, axis: int = 0) -> Self:
+        return self._apply("concat", (self, *others), {"axis": axis})
+
+    def slice(self, starts: Sequence[int], ends: Sequence[int], axes: Sequence[int] | None = None,
+              steps: Sequence[int] | None = None) -> Self:
+        return self._apply("slice", (self,), {"starts": tuple(starts), "ends": tuple(ends),
+                                              "axes": None if axes is None else tuple(axes),
+                                              "steps": None if steps is None else tuple(steps)})
+
+    def gather(self, indices: Self, axis: int = 0) -> Self:
+        return self._apply("gather", (self, indices), {"axis": axis})
+
+    def where(self, if_true: Self, if_false: Self) -> Self:
+        """``self`` is the bool condition."""
+        return self._apply("where", (self, if_true, if_false), {})
+
+    def erf(self) -> Self: return self._unary("erf")
+
+    def _pool(self, op: str, kernel: Sequence[int], stride: Sequence[int] | None,
+              padding: Sequence[tuple[int, int]], dilation: Sequence[int], **extra: Any) -> Self:
+        return self._apply(op, (self,), {"kernel": tuple(kernel), "stride": None if stride is None else tuple(stride),
+                                         "padding": tuple(tuple(p) for p in padding), "dilation": tuple(dilation), **extra})
+
+    def maxpool2d(self, kernel: Sequence[int], stride: Sequence[int] | None = None,
+                  padding: Sequence[tuple[int, int]] = ((0, 0), (0, 0)), dilation: Sequence[int] = (1, 1)) -> Self:
+        return self._pool("maxpool2d", kernel, stride, padding, dilation)
+
+    def avgpool2d(self, kernel: Sequence[int], stride: Sequence[int] | None = None,
+                  padding: Sequence[tuple[int, int]] = ((0, 0), (0, 0)), dilation: Sequence[int] = (1, 1),
+                  count_include_pad: bool = False) -> Self:
+        return self._pool("avgpool2d", kernel, stride, padding, dilation, count_include_pad=count_include_pad)
