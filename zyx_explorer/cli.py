@@ -63,14 +63,16 @@ def _main_parser() -> argparse.ArgumentParser:
             "(zyx-explore export --help)\n"
             "  extract EGRAPH.json     greedy, DAG and ILP extraction of an egraph-serialize file "
             "(zyx-explore extract --help)\n"
-            "  serialize FILE -o OUT   write a stage's e-graph as egraph-serialize JSON (zyx-explore serialize --help)\n\n"
+            "  serialize FILE -o OUT   write a stage's e-graph as egraph-serialize JSON (zyx-explore serialize --help)\n"
+            "  import MODEL.onnx -o G.json  write an ONNX model as graph.json (+ .npy weights) (zyx-explore import --help)\n\n"
+            "FILE may be an ONNX model (.onnx): it is imported first (--dim NAME=VALUE for symbolic dimensions).\n"
             "FILE may also be an egraph-serialize JSON e-graph (egg, egglog, extraction-gym): it is detected\n"
             "and opened in the foreign e-graph view (classes, forms with costs, the three extractors)."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("file", nargs="?", type=Path,
-                        help="a graph.json or egraph-serialize file (default: the bundled MLP sample)")
+                        help="a graph.json, ONNX (.onnx) or egraph-serialize file (default: the bundled MLP sample)")
     parser.add_argument("--version", action="version", version=f"zyx-explore {__version__}")
     _compile_arguments(parser)
     return parser
@@ -87,6 +89,30 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                        help="dag (default: shared kernels counted once), greedy (tree cost) or ilp (exact, small graphs)")
     group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices (numpy, BLAS and native only)")
     group.add_argument("--no-native", action="store_true", help="no native C device (it needs a C compiler)")
+    _dim_argument(group)
+
+
+def _dim(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with a value >= 1, got {text!r}")
+    return name, int(value)
+
+
+def _dim_argument(parser) -> None:
+    parser.add_argument("--dim", type=_dim, action="append", default=[], metavar="NAME=VALUE",
+                        help="the size of a symbolic dimension of an ONNX model (repeatable)")
+
+
+def load_program(path: Path, dims: Sequence[tuple[str, int]] = ()) -> Program:
+    """A graph.json file, or an ONNX model (by its .onnx suffix) imported with the given symbolic dimensions."""
+    if path.suffix.lower() == ".onnx":
+        from engine import load_onnx
+
+        return load_onnx(path, dict(dims))
+    if dims:
+        raise GraphError("--dim is for ONNX models (.onnx files) only", source=str(path))
+    return load(path)
 
 
 def _devices(args: argparse.Namespace, err: Console) -> list:
@@ -142,7 +168,8 @@ def _check_parser() -> argparse.ArgumentParser:
         "saturate it with the rewrite rules and check that every form of every class computes the same values "
         "on random inputs (exit 1 if any disagree: a rule is unsound).",
     )
-    parser.add_argument("file", type=Path, help="the graph.json file")
+    parser.add_argument("file", type=Path, help="the graph.json file (or an ONNX model)")
+    _dim_argument(parser)
     semantic = parser.add_argument_group("semantic check (these options need --semantic)")
     semantic.add_argument("--semantic", action="store_true", help="saturate the e-graph and check it numerically")
     semantic.add_argument("--fast-math", action="store_true",
@@ -214,10 +241,11 @@ def summary(program: Program, source: Path) -> list[Table | str]:
 
 
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
-    program = load(args.file)
+    program = load_program(args.file, args.dim)
     for item in summary(program, args.file):
         console.print(item)
-    console.print(f"[green]ok[/green]: {args.file} is a valid graph.json")
+    kind = "ONNX model (imported)" if args.file.suffix.lower() == ".onnx" else "graph.json"
+    console.print(f"[green]ok[/green]: {args.file} is a valid {kind}")
     return _semantic(program, args, console, err) if args.semantic else 0
 
 
@@ -376,7 +404,7 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     if out.is_dir() and any(out.iterdir()) and not args.force:
         err.print(f"[bold red]error[/bold red]: {out} is not empty; use --force to write into it")
         return EXIT_BAD_INPUT
-    program = load(args.file)
+    program = load_program(args.file, args.dim)
     with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
         compilation = compile_program(program, _devices(args, err), _options(args))
     assert compilation.egraph is not None
@@ -441,7 +469,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     if args.output.exists() and not args.force:
         err.print(f"[bold red]error[/bold red]: {args.output} exists; use --force to replace it")
         return EXIT_BAD_INPUT
-    program = load(args.file)
+    program = load_program(args.file, args.dim)
     options = _options(args)
     with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
         for c in compile_stages(program, _devices(args, err), options):
@@ -497,6 +525,40 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
     return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
 
 
+def _import_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zyx-explore import",
+        description="Import an ONNX model and write it as graph.json, to read or edit. Tensor ids are the model's "
+        "value names (sanitised); initializers become inputs whose values are written beside the output as "
+        "OUT_STEM.ID.npy (up to 16 elements inline).",
+    )
+    parser.add_argument("file", type=Path, help="the ONNX model")
+    parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="the graph.json file to write")
+    parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    _dim_argument(parser)
+    return parser
+
+
+def _import(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``import``: an ONNX model as graph.json plus its weights as .npy files beside it."""
+    from engine import load_onnx
+    from engine.fileio import write_atomic
+
+    out: Path = args.output
+    if out.exists() and not args.force:
+        err.print(f"[bold red]error[/bold red]: {out} exists; use --force to replace it")
+        return EXIT_BAD_INPUT
+    if out.is_dir():
+        err.print(f"[bold red]error[/bold red]: {out} is a folder; give the graph.json file to write")
+        return EXIT_BAD_INPUT
+    program = load_onnx(args.file, dict(args.dim), weights_dir=out.parent, weights_prefix=out.stem)
+    write_atomic(out, program.dumps())
+    files = sum(1 for i in program.inputs if i.init.kind == "npy")
+    console.print(f"[green]wrote[/green] {out}: {len(program.nodes)} nodes, {len(program.inputs)} inputs "
+                  f"({files} .npy files beside it)")
+    return 0
+
+
 def _explore(args: argparse.Namespace) -> int:
     path = args.file or default_file()
     from engine.interop import detect
@@ -507,7 +569,7 @@ def _explore(args: argparse.Namespace) -> int:
 
         ForeignApp(foreign, path).run()
         return 0
-    program = load(path)  # load before the UI starts: a bad file exits 2 with its message
+    program = load_program(path, args.dim)  # load before the UI starts: a bad file exits 2 with its message
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
     restricted = args.no_opencl or args.no_native
@@ -526,6 +588,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         if argv[:1] == ["serialize"]:
             return _serialize(_serialize_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
+        if argv[:1] == ["import"]:
+            return _import(_import_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         if argv[:1] == ["extract"]:
             return _extract(_extract_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         return _explore(_main_parser().parse_args(argv))

@@ -453,9 +453,15 @@ _OPS: dict[str, Callable[[_Node], list[Value]]] = {
 SUPPORTED_OPS = tuple(sorted(_OPS))
 
 
-def _fold(n: _Node, outs: list[Value], inputs: list[Value]) -> list[Value]:
-    """Outputs computed from known inputs only, as arrays (by the reference interpreter), when small."""
+def _fold(n: _Node, outs: list[Value], names: list[str]) -> list[Value]:
+    """Outputs computed from known inputs only, as arrays (by the reference interpreter), when small.
+
+    Float weights are not folded (a Gather of an embedding stays in the program, where it can be seen).
+    """
+    inputs = [n.imp.values[name] for name in names]
     if not inputs or not all(isinstance(v, np.ndarray) for v in inputs):
+        return outs
+    if any(name in n.imp.weight_names and v.dtype.kind == "f" for name, v in zip(names, inputs)):
         return outs
     tensors = [o for o in outs if isinstance(o, Tensor)]
     if not tensors or any(math.prod(t.shape) > FOLD_ELEMENTS for t in tensors):
@@ -685,7 +691,7 @@ def _translate_node(imp: _Import, k: int, proto: Any, opset: int) -> None:
         unused = sorted(set(node.attrs) - node.used)
         if unused:
             raise UnsupportedError(f"attribute{'s' if len(unused) > 1 else ''} {', '.join(unused)} not supported")
-        outs = _fold(node, outs, [imp.values[i] for i in proto.input if i])
+        outs = _fold(node, outs, [i for i in proto.input if i])
     except UnsupportedError as e:
         imp.problems.append(f"{_location(k, proto)}: {e}")
         return
