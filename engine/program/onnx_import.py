@@ -659,9 +659,9 @@ def _translate(imp: _Import, model: Any, dims: dict[str, int]) -> Program:
         raise GraphError(f"cannot import this model ({count}):\n  " + "\n  ".join(problems))
     outputs: dict[str, Tensor] = {}
     for proto in graph.output:
-        value = imp.tensor(proto.name)
-        outputs[imp.id_of(proto.name)] = value if value.op == "input" or value.name == imp.id_of(proto.name) \
-            else value.named(imp.id_of(proto.name))
+        value, out_id = imp.tensor(proto.name), imp.id_of(proto.name)
+        # an output that is another value (Identity of an input) gets its own node, under the model's name
+        outputs[out_id] = value if value.name == out_id else value.reshape(value.shape).named(out_id)
     return from_tensors(outputs, name=graph.name or "onnx", description=f"imported from ONNX (opset {opset})")
 
 
