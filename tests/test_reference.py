@@ -338,6 +338,16 @@ def case_conv2d() -> Case:
     out["pointwise_stride4"] = (x.conv2d(w1, stride=4), np_conv2d(xv, f64(w1v), None, 4, 0))
     wf, wfv = inp("wf", (1, 3, 7, 6))
     out["full_kernel"] = (x.conv2d(wf), np_conv2d(xv, f64(wfv), None, 1, 0))
+    wd = np.zeros((4, 3, 5, 3))  # a dilated kernel is a sparse kernel of the dilated size
+    wd[:, :, ::2, ::2] = wv
+    out["dilated"] = (x.conv2d(w, b, stride=2, padding=1, dilation=2), np_conv2d(xv, wd, bv, 2, 1))
+    xg, xgv = inp("xg", (2, 4, 5, 5))
+    wg, wgv = inp("wg", (6, 2, 3, 3))
+    groups = [np_conv2d(f64(xgv[:, 2 * g : 2 * g + 2]), f64(wgv[3 * g : 3 * g + 3]), None, 1, 1) for g in range(2)]
+    out["groups"] = (xg.conv2d(wg, padding=1, groups=2), np.concatenate(groups, 1))
+    wdw, wdwv = inp("wdw", (4, 1, 3, 3))
+    depthwise = [np_conv2d(f64(xgv[:, g : g + 1]), f64(wdwv[g : g + 1]), None, 2, 0) for g in range(4)]
+    out["depthwise"] = (xg.conv2d(wdw, stride=2, groups=4), np.concatenate(depthwise, 1))
     return out
 
 
@@ -587,6 +597,92 @@ def case_or() -> Case:
     p, pv = inp("p", (3, 4), BOOL)
     q, qv = inp("q", (3, 1), BOOL)
     return {"or": (p.logical_or(q), pv | qv), "scalar": (p.logical_or(False), pv)}
+
+
+def case_concat() -> Case:
+    a, av = inp("a", (2, 3))
+    b, bv = inp("b", (2, 1), I32, -5, 5)
+    p, pv = inp("p", (1, 3), BOOL)
+    q, qv = inp("q", (2, 3), BOOL)
+    return {"promoted": (a.concat(b, a, axis=-1), np.concatenate([av, bv.astype(np.float32), av], -1)),
+            "bool_rows": (p.concat(q), np.concatenate([pv, qv])), "one": (a.concat(axis=1), av),
+            "inf": (a.concat(a.const(-math.inf).expand(2, 1), axis=1), np.concatenate([av, np.full((2, 1), -np.inf)], 1))}
+
+
+def case_slice() -> Case:
+    x, xv = inp("x", (5, 7, 3))
+    return {"steps": (x.slice([4, -6], [0, 100], axes=[2, 1], steps=[1, 2]), xv[:, -6:100:2, 4:0]),
+            "leading": (x.slice([1, 2], [-1, 7]), xv[1:-1, 2:7]),
+            "stride3": (x.slice([1], [7], axes=[1], steps=[3]), xv[:, 1:7:3]),
+            "negative_axis": (x.slice([-2], [3], axes=[-1]), xv[..., -2:3])}
+
+
+def case_gather() -> Case:
+    x, xv = inp("x", (4, 3, 2))
+    i, iv = given("i", [[0, 3], [-1, 2], [1, -4]], I64)
+    b, bv = inp("bools", (5,), BOOL)
+    n, nv = inp("ints", (5,), I32, -9, 9)
+    j, _ = given("j", 4, I32)
+    inf, infv = given("table", [[1.0, -np.inf], [np.inf, 2.0]])
+    k, kv = given("k", [1, 0, 1], I32)
+    small, smallv = given("small", [[0, 2], [-1, -3]], I64)
+    return {"rows": (x.gather(i), np.take(xv, iv, 0)), "axis1": (x.gather(small, axis=1), np.take(xv, smallv, 1)),
+            "last_scalar": (x.gather(given("s", 1, I64)[0], axis=-1), xv[..., 1]),
+            "bool": (b.gather(j), bv[4]), "int": (n.gather(k), nv[kv]), "infinite": (inf.gather(k), infv[kv])}
+
+
+def case_where() -> Case:
+    c, cv = inp("c", (3, 1), BOOL)
+    a, av = given("a", [[1.0, np.inf, -np.inf, -0.0]])  # a NaN in the branch not taken gives NaN (documented)
+    b, bv = inp("b", (3, 4))
+    ia, iav = inp("ia", (3, 4), I32, -9, 9)
+    p, pv = inp("p", (4,), BOOL)
+    return {"float": (c.where(a, b), np.where(cv, av, bv)), "inf_other": (c.where(b, a), np.where(cv, bv, av)),
+            "int_float": (c.where(ia, b), np.where(cv, iav, bv)), "bool": (c.where(p, p.logical_not()), np.where(cv, pv, ~pv))}
+
+
+def case_erf() -> Case:
+    from scipy.special import erf
+
+    x, xv = given("x", [-np.inf, -3.0, -0.5, 0.0, 1e-4, 0.7, 2.5, 6.0, np.inf])
+    i, iv = given("i", [-1, 0, 2], I32)
+    return {"f32": (x.erf(), erf(f64(xv))), "int": (i.erf(), erf(iv))}
+
+
+def np_pool(x: np.ndarray, reduce, kernel, stride, padding, dilation, fill) -> np.ndarray:
+    """An explicit loop over output positions of the last two axes."""
+    xp = np.pad(x, [(0, 0)] * (x.ndim - 2) + [tuple(p) for p in padding], constant_values=fill)
+    span = [(k - 1) * d + 1 for k, d in zip(kernel, dilation)]
+    out_shape = [(xp.shape[x.ndim - 2 + i] - span[i]) // stride[i] + 1 for i in range(2)]
+    out = np.zeros(x.shape[:-2] + tuple(out_shape))
+    for i in range(out_shape[0]):
+        for j in range(out_shape[1]):
+            h, w = i * stride[0], j * stride[1]
+            window = xp[..., h : h + span[0] : dilation[0], w : w + span[1] : dilation[1]]
+            out[..., i, j] = reduce(window.reshape(window.shape[:-2] + (-1,)), axis=-1)
+    return out
+
+
+def case_maxpool2d() -> Case:
+    x, xv = inp("x", (2, 3, 7, 6))
+    i, iv = inp("i", (1, 5, 5), I32, -9, 9)
+    pad = ((1, 0), (2, 1))
+    return {"k2": (x.maxpool2d((2, 2)), np_pool(f64(xv), np.max, (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), 0)),
+            "padded": (x.maxpool2d((3, 2), (2, 1), pad, (1, 2)), np_pool(f64(xv), np.max, (3, 2), (2, 1), pad, (1, 2), -np.inf)),
+            "int": (i.maxpool2d((3, 3), (1, 1), ((1, 1), (1, 1))),
+                    np_pool(iv, np.max, (3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), np.iinfo(np.int32).min))}
+
+
+def case_avgpool2d() -> Case:
+    x, xv = inp("x", (2, 3, 7, 6))
+    pad = ((1, 1), (0, 1))
+    count = np_pool(np.ones((7, 6)), np.sum, (3, 2), (2, 2), pad, (1, 1), 0)
+    return {"k3": (x.avgpool2d((3, 3), (1, 2)), np_pool(f64(xv), np.mean, (3, 3), (1, 2), ((0, 0), (0, 0)), (1, 1), 0)),
+            "excluding_pad": (x.avgpool2d((3, 2), (2, 2), pad), np_pool(f64(xv), np.sum, (3, 2), (2, 2), pad, (1, 1), 0) / count),
+            "including_pad": (x.avgpool2d((3, 2), (2, 2), pad, count_include_pad=True),
+                              np_pool(f64(xv), np.mean, (3, 2), (2, 2), pad, (1, 1), 0)),
+            "dilated": (x.avgpool2d((2, 2), (1, 1), dilation=(3, 2)),
+                        np_pool(f64(xv), np.mean, (2, 2), (1, 1), ((0, 0), (0, 0)), (3, 2), 0))}
 
 
 CASES: dict[str, Callable[[], Case]] = {
