@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -154,6 +154,10 @@ def test_symbolic_dimensions_need_values(tmp_path):
     (_model([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["x"], ["c"], to=TensorProto.INT64),
              helper.make_node("Reshape", ["x", "c"], ["y"], name="r")], [_f32("x", [2])], [_f32("y", [2])]),
      "node 2 'r' (Reshape): input 1 (shape) must be known when importing"),
+    (_model([helper.make_node("Relu", ["z"], ["y"], name="r")], [_f32("x", [2])], [_f32("y", [2]), _f32("w", [2])]),
+     "node 0 'r' (Relu): reads 'z' before any node or input defines it"),
+    (_model([helper.make_node("Relu", ["x"], ["y"])], [_f32("x", [2])], [_f32("w", [2])]),
+     "graph output 'w' is not defined by any node or input"),
 ])
 def test_located_errors(model, message, tmp_path):
     with pytest.raises(GraphError, match=re.escape(message)):
@@ -173,7 +177,8 @@ def test_malformed_files_exit_2_without_a_traceback(content, tmp_path, capsys):
 
 # -- random ONNX graphs against onnxruntime -------------------------------------------------------------
 
-UNARY = ["Relu", "Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Erf", "Sqrt", "Reciprocal", "Identity"]
+UNARY = ["Relu", "Neg", "Abs", "Exp", "Tanh", "Sigmoid", "Erf", "Reciprocal", "Identity"]
+"""Not Sqrt or Log: a NaN reaching the branch a Where does not take gives NaN here (docs/graph-format.md)."""
 BINARY = ["Add", "Sub", "Mul", "Max", "Min"]
 
 
@@ -216,10 +221,10 @@ def _step(draw, kind: str, value: str, shape: list[int], out: str, init, rng) ->
         idx_shape = draw(st.lists(st.integers(1, 3), min_size=1, max_size=2))
         idx = init(rng.integers(-shape[axis], shape[axis], idx_shape).astype(np.int64))
         return [helper.make_node("Gather", [value, idx], [out], axis=axis)], shape[:axis] + idx_shape + shape[axis + 1 :]
-    if kind == "where":  # -inf where x <= 0.2, then a softmax over the last axis sees it
+    if kind == "where":  # a mask: -30 where x <= 0.2 (-inf is checked by the gpt model and the Where case)
         cond = f"{out}_cond"
         return [helper.make_node("Greater", [value, init(np.float32(0.2))], [cond]),
-                helper.make_node("Where", [cond, value, init(np.float32(-np.inf))], [out])], shape
+                helper.make_node("Where", [cond, value, init(np.float32(-30))], [out])], shape
     if kind == "softmax":
         return [helper.make_node("Softmax", [value], [out], axis=draw(st.integers(-rank, rank - 1)))], shape
     if kind == "matmul":
@@ -256,9 +261,10 @@ def onnx_graphs(draw):
     return _model(nodes, [_f32("x", in_shape)], [_f32("y", shape)], inits)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(onnx_graphs())
 def test_random_onnx_graphs_match_onnxruntime(tmp_path_factory, model):
+    note(helper.printable_graph(model.graph))
     directory = tmp_path_factory.mktemp("random")
     path = _save(model, directory)
     program = load_onnx(path, weights_dir=directory)

@@ -647,6 +647,15 @@ def _translate(imp: _Import, model: Any, dims: dict[str, int]) -> Program:
         elif proto.op_type not in _OPS:
             problems.append(f"{_location(k, proto)}: the op {proto.op_type} is not supported")
     imp.inferred = _inferred_types(model)
+    defined = set(imp.values)
+    for k, proto in enumerate(graph.node):
+        undefined = [name for name in proto.input if name and name not in defined]
+        if undefined:
+            problems.append(f"{_location(k, proto)}: reads {', '.join(map(repr, undefined))} before any node or "
+                            "input defines it")
+        defined.update(proto.output)
+    problems += [f"graph output {o.name!r} is not defined by any node or input" for o in graph.output
+                 if o.name not in defined]
     for k, proto in enumerate(graph.node):
         if proto.op_type in _OPS and proto.domain in ("", "ai.onnx"):
             _translate_node(imp, k, proto, opset)
