@@ -56,7 +56,7 @@ def sanitize(name: str) -> str:
 def _dtype(elem_type: int, what: str) -> DType:
     if elem_type not in _DTYPES:
         raise UnsupportedError(f"{what} has dtype {_TYPE_NAMES.get(elem_type, elem_type)}, not one of "
-                          "float, float16, double, int32, int64, bool")
+                               "float, float16, double, int32, int64, bool")
     return _DTYPES[elem_type]
 
 
@@ -96,15 +96,15 @@ class _Import:
         if isinstance(value, Tensor):
             return value
         if name not in self.tensors:
-            dtype = DType(_numpy_dtype_name(value.dtype))
+            dtype = _from_numpy(value.dtype)
             self.tensors[name] = Tensor.input(self.id_of(name), value.shape, dtype, self.weights(self.id_of(name), value))
         return self.tensors[name]
 
 
-def _numpy_dtype_name(dtype: np.dtype) -> str:
+def _from_numpy(dtype: np.dtype) -> DType:
     for d in DType:
         if d.numpy == dtype:
-            return d.value
+            return d
     raise UnsupportedError(f"dtype {dtype} is not supported")
 
 
@@ -133,7 +133,7 @@ class _Node:
         value = self.imp.values[self.proto.input[i]]
         if isinstance(value, Tensor):
             raise UnsupportedError(f"input {i} ({what}) must be known when importing (an initializer, a Constant or "
-                              "computed from static shapes), but it is computed by the model")
+                                   "computed from static shapes), but it is computed by the model")
         return value
 
     def ints(self, i: int, what: str) -> list[int] | None:
@@ -524,14 +524,14 @@ def _default_opset(model: Any) -> int:
     return 0
 
 
-def _input_init(imp: _Import, model: Any, name: str, dtype: DType, shape: tuple[int, ...]) -> Init:
+def _input_init(imp: _Import, model: Any, name: str, dtype: DType) -> Init:
     """Random values; integer inputs that index a Gather are drawn from that axis's range (token ids)."""
     init = Init.for_name(imp.id_of(name))
     if dtype.is_int:
         for node in model.graph.node:
             if node.op_type == "Gather" and len(node.input) > 1 and node.input[1] == name:
                 data = imp.values.get(node.input[0])
-                if data is not None:
+                if data is not None and data.shape:
                     axis = next((a.i for a in node.attribute if a.name == "axis"), 0) % len(data.shape)
                     return Init.uniform(init.params["seed"], 0, data.shape[axis])
     return init
@@ -566,7 +566,7 @@ def _graph_inputs(imp: _Import, model: Any, dims: Mapping[str, int], problems: l
                 missing.setdefault(d.dim_param or f"{proto.name}[{k}] (unnamed)", []).append(proto.name)
                 shape.append(1)
         imp.values[proto.name] = Tensor.input(imp.id_of(proto.name), tuple(shape), dtype,
-                                              _input_init(imp, model, proto.name, dtype, tuple(shape)))
+                                              _input_init(imp, model, proto.name, dtype))
     symbolic = {d.dim_param for p in model.graph.input for d in p.type.tensor_type.shape.dim if d.dim_param}
     for name in dims:
         if name not in symbolic:
