@@ -97,6 +97,10 @@ def test_model_names_become_tensor_ids(tmp_path):
     tokens = next(i for i in program.inputs if i.name == "input_ids")
     assert tokens.dtype == engine.DType.I64 and tokens.value().min() >= 0 and tokens.value().max() < 32
     assert sanitize("/attn/Softmax_output_0") == "attn_Softmax_output_0"
+    model = _model([helper.make_node("Relu", ["a/b"], ["a_b"]), helper.make_node("Neg", ["a_b"], ["a:b"])],
+                   [_f32("a/b", [2])], [_f32("a:b", [2])])
+    program = load_onnx(_save(model, tmp_path), weights_dir=tmp_path)
+    assert [i.name for i in program.inputs] == ["a_b"] and [n.id for n in program.nodes] == ["a_b_1", "a_b_2"]
 
 
 def test_import_command_writes_graph_json_and_npy_that_load_back(tmp_path, capsys):
@@ -231,18 +235,34 @@ def _step(draw, kind: str, value: str, shape: list[int], out: str, init, rng) ->
         n = draw(st.integers(1, 3))
         weight = init(rng.normal(size=(shape[-1], n)).astype(np.float32))
         return [helper.make_node("MatMul", [value, weight], [out])], shape[:-1] + [n]
+    if kind in ("pool", "conv"):
+        if rank != 4:
+            return None
+        kernel = [draw(st.integers(1, min(d, 3))) for d in shape[2:]]
+        pads = [draw(st.integers(0, k - 1)) for k in kernel * 2]
+        strides = [draw(st.integers(1, 2)) for _ in kernel]
+        out_hw = [(d + pads[i] + pads[i + 2] - k) // s + 1 for i, (d, k, s) in enumerate(zip(shape[2:], kernel, strides))]
+        if kind == "conv":
+            o = draw(st.integers(1, 3))
+            weight = init(rng.normal(size=(o, shape[1], *kernel)).astype(np.float32))
+            return [helper.make_node("Conv", [value, weight], [out], pads=pads, strides=strides)], [shape[0], o, *out_hw]
+        op = draw(st.sampled_from(["MaxPool", "AveragePool"]))
+        extra = {"count_include_pad": draw(st.integers(0, 1))} if op == "AveragePool" else {}
+        return [helper.make_node(op, [value], [out], kernel_shape=kernel, pads=pads, strides=strides, **extra)], \
+            shape[:2] + out_hw
     axis = draw(st.integers(0, rank))  # unsqueeze
     return [helper.make_node("Unsqueeze", [value, init(np.array([axis], np.int64))], [out])], shape[:axis] + [1] + shape[axis:]
 
 
 KINDS = ["unary", "leaky", "binary", "reduce", "transpose", "slice", "concat", "gather", "where", "softmax", "matmul",
-         "unsqueeze"]
+         "unsqueeze", "pool", "conv"]
 
 
 @st.composite
 def onnx_graphs(draw):
-    """A chain of 1 to 5 random steps of supported ops on one input x (shapes tracked here, all of rank >= 1)."""
-    shape = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+    """A chain of 1 to 5 random steps of supported ops on one input x (shapes tracked here, all of rank 1 to 4;
+    pooling and Conv on rank 4)."""
+    shape = draw(st.lists(st.integers(1, 4), min_size=1, max_size=4))
     in_shape, nodes, inits, value = list(shape), [], [], "x"
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
 
@@ -358,7 +378,7 @@ OP_CASES = {
     "Conv": _op_case("Conv", X4, {"w": np.linspace(-1, 1, 4 * 2 * 3 * 3, dtype=np.float32).reshape(4, 2, 3, 3),
                                   "b": np.float32([1, 2, 3, 4])}, group=2, strides=[2, 2], pads=[0, 1, 1, 0]),
     "Conv_dilated": _op_case("Conv", X4, {"w": np.linspace(-1, 1, 3 * 4 * 2 * 2, dtype=np.float32).reshape(3, 4, 2, 2)},
-                             dilations=[2, 2], pads=[1, 1, 1, 1]),
+                             dilations=[2, 1], strides=[1, 2], pads=[1, 1, 1, 1]),
     "MaxPool": _op_case("MaxPool", X4, kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
     "AveragePool": _op_case("AveragePool", X4, kernel_shape=[3, 2], strides=[1, 2], pads=[1, 0, 1, 1]),
     "AveragePool_count_pad": _op_case("AveragePool", X4, kernel_shape=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),

@@ -93,6 +93,11 @@ def np_conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, stride: int, p
     return out if b is None else out + b[None, :, None, None]
 
 
+def np_conv2d_strides(x: np.ndarray, w: np.ndarray, strides: tuple[int, int]) -> np.ndarray:
+    """np_conv2d with stride 1 and unpadded, subsampled along each axis."""
+    return np_conv2d(x, w, None, 1, 0)[:, :, :: strides[0], :: strides[1]]
+
+
 def np_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None) -> np.ndarray:
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     return np_softmax(q @ np.swapaxes(k, -1, -2) * scale) @ v
@@ -341,6 +346,9 @@ def case_conv2d() -> Case:
     wd = np.zeros((4, 3, 5, 3))  # a dilated kernel is a sparse kernel of the dilated size
     wd[:, :, ::2, ::2] = wv
     out["dilated"] = (x.conv2d(w, b, stride=2, padding=1, dilation=2), np_conv2d(xv, wd, bv, 2, 1))
+    wr = np.zeros((4, 3, 3, 4))  # stride (1, 2), dilation (1, 3): the kernel is sparse along the width only
+    wr[:, :, :, ::3] = wv
+    out["rectangular"] = (x.conv2d(w, stride=(1, 2), dilation=(1, 3)), np_conv2d_strides(xv, wr, (1, 2)))
     xg, xgv = inp("xg", (2, 4, 5, 5))
     wg, wgv = inp("wg", (6, 2, 3, 3))
     groups = [np_conv2d(f64(xgv[:, 2 * g : 2 * g + 2]), f64(wgv[3 * g : 3 * g + 3]), None, 1, 1) for g in range(2)]

@@ -401,14 +401,12 @@ def _spatial(n: _Node, x: Tensor, kernel: Sequence[int]) -> tuple[list[int], lis
 def _conv(n: _Node) -> list[Value]:
     x, w = n.t(0), n.t(1)
     strides, dilations, pads = _spatial(n, x, n.attr("kernel_shape") or w.shape[2:])
-    if strides[0] != strides[1] or dilations[0] != dilations[1]:
-        raise UnsupportedError(f"strides {strides} and dilations {dilations} must be the same on both axes")
     if len({p for pair in pads for p in pair}) == 1:
         padding = pads[0][0]
     else:  # asymmetric padding: pad first
         x, padding = x.pad(((0, 0), (0, 0), *pads)), 0
     bias = n.t(2) if n.has(2) else None
-    return [x.conv2d(w, bias, stride=strides[0], padding=padding, dilation=dilations[0], groups=n.attr("group", 1))]
+    return [x.conv2d(w, bias, stride=tuple(strides), padding=padding, dilation=tuple(dilations), groups=n.attr("group", 1))]
 
 
 def _pool(op: str) -> Callable[[_Node], list[Value]]:

@@ -386,14 +386,19 @@ def _dilated_windows(x, axis: int, k: int, stride: int, dilation: int):
     return _every(_windows(x, axis, (k - 1) * dilation + 1, stride), axis, dilation)
 
 
+def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
+    return (v, v) if isinstance(v, int) else v
+
+
 def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
     if x.ndim != 4 or w.ndim != 4:
         raise ShapeError(f"conv2d needs x [N, C, H, W] and weight [O, C, KH, KW], got {_fmt(x.shape)} and {_fmt(w.shape)}")
-    if stride < 1:
+    (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
+    if min(sh, sw) < 1:
         raise ShapeError(f"stride must be >= 1, got {stride}", "attrs.stride")
     if padding < 0:
         raise ShapeError(f"padding must be >= 0, got {padding}", "attrs.padding")
-    if dilation < 1:
+    if min(dh, dw) < 1:
         raise ShapeError(f"dilation must be >= 1, got {dilation}", "attrs.dilation")
     (n, c, h, wd), (o, cg, kh, kw) = x.shape, w.shape
     if groups < 1 or c % groups or o % groups:
@@ -401,7 +406,7 @@ def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
     if c != cg * groups:
         raise ShapeError(f"conv2d channels differ: x {_fmt(x.shape)} has {c}, weight {_fmt(w.shape)} has {cg}"
                          + (f" per group ({groups} groups)" if groups > 1 else ""))
-    span_h, span_w = (kh - 1) * dilation + 1, (kw - 1) * dilation + 1
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     if h + 2 * padding < span_h or wd + 2 * padding < span_w:
         raise ShapeError(f"conv2d kernel {span_h}x{span_w} is larger than the padded input {h + 2 * padding}x{wd + 2 * padding}")
     if bias is not None and bias.shape != (o,):
@@ -409,7 +414,7 @@ def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
     _forbid_bool("conv2d", x, w)
     dtype = promote(x.dtype, w.dtype)
     x = x.cast(dtype).pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
-    win = _dilated_windows(_dilated_windows(x, 2, kh, stride, dilation), 4, kw, stride, dilation)  # [N, C, KH, OH, KW, OW]
+    win = _dilated_windows(_dilated_windows(x, 2, kh, sh, dh), 4, kw, sw, dw)  # [N, C, KH, OH, KW, OW]
     oh, ow = win.shape[3], win.shape[5]
     if groups == 1:
         full = (n, o, oh, ow, c, kh, kw)
@@ -598,6 +603,16 @@ def _optional_float(v: object) -> float | None:
     return None if v is None else attr_types.parse_float(v)
 
 
+def _int_or_pair(v: object) -> int | tuple[int, int]:
+    """One integer for both spatial axes, or [height, width] (kept as one integer when they agree)."""
+    if isinstance(v, list | tuple):
+        pair = attr_types.parse_ints(v)
+        if len(pair) != 2:
+            raise GraphError(f"expected an integer or two integers [height, width], got {list(v)}")
+        return pair[0] if pair[0] == pair[1] else pair
+    return attr_types.parse_int(v)
+
+
 def _optional_ints(v: object) -> tuple[int, ...] | None:
     return None if v is None else attr_types.parse_ints(v)
 
@@ -630,8 +645,8 @@ def _specs() -> dict[str, OpSpec]:
                "layer normalisation: args x, optional weight, optional bias"),
         OpSpec("rmsnorm", _lower_rmsnorm, (1, 2), {**_AXIS, "eps": Attr(attr_types.parse_float, 1e-6)},
                "RMS normalisation: args x, optional weight"),
-        OpSpec("conv2d", _lower_conv2d, (2, 3), {"stride": Attr(attr_types.parse_int, 1), "padding": Attr(attr_types.parse_int, 0),
-                                                 "dilation": Attr(attr_types.parse_int, 1), "groups": Attr(attr_types.parse_int, 1)},
+        OpSpec("conv2d", _lower_conv2d, (2, 3), {"stride": Attr(_int_or_pair, 1), "padding": Attr(attr_types.parse_int, 0),
+                                                 "dilation": Attr(_int_or_pair, 1), "groups": Attr(attr_types.parse_int, 1)},
                "2-D convolution: args x [N,C,H,W], weight [O,C/groups,KH,KW], optional bias [O]"),
         OpSpec("attention", _lower_attention, (3, 3), {"scale": Attr(_optional_float, None)},
                "scaled dot-product attention softmax(q @ k^T * scale) @ v"),

@@ -151,8 +151,8 @@ class TensorOps:
         args = tuple(t for t in (self, weight) if t is not None)
         return self._apply("rmsnorm", args, {"axis": axis, "eps": eps})
 
-    def conv2d(self, weight: Self, bias: Self | None = None, stride: int = 1, padding: int = 0,
-               dilation: int = 1, groups: int = 1) -> Self:
+    def conv2d(self, weight: Self, bias: Self | None = None, stride: int | tuple[int, int] = 1, padding: int = 0,
+               dilation: int | tuple[int, int] = 1, groups: int = 1) -> Self:
         args = tuple(t for t in (self, weight, bias) if t is not None)
         return self._apply("conv2d", args, {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups})
 
