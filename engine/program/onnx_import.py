@@ -391,11 +391,18 @@ def _spatial(n: _Node, x: Tensor, kernel: Sequence[int]) -> tuple[list[int], lis
     if x.ndim != 4 or len(kernel) != 2:
         raise UnsupportedError(f"only 2-D inputs [N, C, H, W] are supported, got shape {list(x.shape)}")
     auto_pad = n.attr("auto_pad", "NOTSET")
+    strides, dilations = list(n.attr("strides") or [1, 1]), list(n.attr("dilations") or [1, 1])
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # output size ceil(in / stride); the odd element after (UPPER)
+        pairs = []
+        for size, k, s, d in zip(x.shape[2:], kernel, strides, dilations):
+            total = max((-(-size // s) - 1) * s + (k - 1) * d + 1 - size, 0)
+            small, big = total // 2, total - total // 2
+            pairs.append((small, big) if auto_pad == "SAME_UPPER" else (big, small))
+        return strides, dilations, pairs
     if auto_pad not in ("NOTSET", "VALID"):
-        raise UnsupportedError(f"auto_pad={auto_pad} (write explicit pads)")
-    strides, dilations = n.attr("strides") or [1, 1], n.attr("dilations") or [1, 1]
+        raise UnsupportedError(f"auto_pad={auto_pad} (expected NOTSET, VALID, SAME_UPPER or SAME_LOWER)")
     pads = n.attr("pads") or [0, 0, 0, 0]
-    return list(strides), list(dilations), [(pads[0], pads[2]), (pads[1], pads[3])]
+    return strides, dilations, [(pads[0], pads[2]), (pads[1], pads[3])]
 
 
 def _conv(n: _Node) -> list[Value]:
