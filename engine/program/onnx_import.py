@@ -433,6 +433,22 @@ def _pool(op: str) -> Callable[[_Node], list[Value]]:
     return translate
 
 
+def _or_equal(method: str) -> Callable[[_Node], list[Value]]:
+    """LessOrEqual and GreaterOrEqual as (a < b) or (a == b): false for NaN, as in ONNX."""
+    def translate(n: _Node) -> list[Value]:
+        a, b = n.t(0), n.t(1)
+        return [getattr(a, method)(b).logical_or(a.eq(b))]
+
+    return translate
+
+
+def _range(n: _Node) -> list[Value]:
+    start, limit, delta = (n.const(i, what) for i, what in enumerate(("start", "limit", "delta")))
+    if not delta:
+        raise UnsupportedError("delta is 0")
+    return [np.arange(start, limit, delta, dtype=np.asarray(start).dtype)]
+
+
 def _global_average_pool(n: _Node) -> list[Value]:
     x = n.t(0)
     return [x.mean(tuple(range(2, x.ndim)), keepdim=True)]
@@ -450,7 +466,9 @@ _OPS: dict[str, Callable[[_Node], list[Value]]] = {
     "Reshape": _reshape, "Transpose": _transpose, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze,
     "Flatten": _flatten, "Expand": _expand, "Concat": _concat, "Slice": _slice, "Split": _split,
     "Gather": _gather, "Where": _where, "Equal": _binary("eq"), "Less": _binary("cmplt"),
-    "Greater": _binary("cmpgt"), "Not": _unary("logical_not"), "Cast": _cast, "Constant": _constant,
+    "Greater": _binary("cmpgt"), "Not": _unary("logical_not"),
+    "LessOrEqual": _or_equal("cmplt"), "GreaterOrEqual": _or_equal("cmpgt"), "And": _binary("logical_and"),
+    "Or": _binary("logical_or"), "Range": _range, "Cast": _cast, "Constant": _constant,
     "ConstantOfShape": _constant_of_shape, "Shape": _shape, "Identity": _identity, "Dropout": _dropout,
     "Conv": _conv, "MaxPool": _pool("maxpool2d"), "AveragePool": _pool("avgpool2d"),
     "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Min": _variadic("minimum"), "Max": _variadic("maximum"),
