@@ -373,6 +373,8 @@ OP_CASES = {
     "GreaterOrEqual": _op_case("GreaterOrEqual", {"x": (F, [2, 3])}, {"z": np.float32([0, np.nan, -1])}),
     "And": _op_case("And", {"c": (BOOLEAN, [2, 3]), "d": (BOOLEAN, [3])}),
     "Or": _op_case("Or", {"c": (BOOLEAN, [2, 3]), "d": (BOOLEAN, [2, 1])}),
+    "Pad": _op_case("Pad", {"x": (F, [2, 3, 4])}, {"p": _i64(1, 0, 2, -1), "v": np.float32(-2), "a": _i64(0, -1)}),
+    "Pad_all_axes": _op_case("Pad", {"x": (I64, [2, 3])}, {"p": _i64(0, 1, 2, 0)}),
     "Range": _op_case("Range", {}, {"s": np.int64(2), "l": np.int64(11), "d": np.int64(3)}),
     "Range_float": _op_case("Add", {"x": (F, [4])}, {"r": np.float32(0.5), "l": np.float32(4.4), "d": np.float32(1)},
                             args=["x", "rf"],

@@ -442,6 +442,18 @@ def _or_equal(method: str) -> Callable[[_Node], list[Value]]:
     return translate
 
 
+def _pad(n: _Node) -> list[Value]:
+    mode = n.attr("mode", "constant")
+    if mode != "constant":
+        raise UnsupportedError(f"mode={mode!r} (only constant padding)")
+    x, pads = n.t(0), n.ints(1, "pads")
+    axes = [a % x.ndim for a in n.ints(3, "axes") or range(x.ndim)]
+    value = np.asarray(n.const(2, "constant_value")).item() if n.has(2) else 0
+    half = len(pads) // 2
+    widths = {a: (pads[k], pads[half + k]) for k, a in enumerate(axes)}
+    return [x.pad(tuple(widths.get(a, (0, 0)) for a in range(x.ndim)), value)]
+
+
 def _range(n: _Node) -> list[Value]:
     start, limit, delta = (n.const(i, what) for i, what in enumerate(("start", "limit", "delta")))
     if not delta:
@@ -468,7 +480,7 @@ _OPS: dict[str, Callable[[_Node], list[Value]]] = {
     "Gather": _gather, "Where": _where, "Equal": _binary("eq"), "Less": _binary("cmplt"),
     "Greater": _binary("cmpgt"), "Not": _unary("logical_not"),
     "LessOrEqual": _or_equal("cmplt"), "GreaterOrEqual": _or_equal("cmpgt"), "And": _binary("logical_and"),
-    "Or": _binary("logical_or"), "Range": _range, "Cast": _cast, "Constant": _constant,
+    "Or": _binary("logical_or"), "Range": _range, "Pad": _pad, "Cast": _cast, "Constant": _constant,
     "ConstantOfShape": _constant_of_shape, "Shape": _shape, "Identity": _identity, "Dropout": _dropout,
     "Conv": _conv, "MaxPool": _pool("maxpool2d"), "AveragePool": _pool("avgpool2d"),
     "GlobalAveragePool": _global_average_pool, "Clip": _clip, "Min": _variadic("minimum"), "Max": _variadic("maximum"),
