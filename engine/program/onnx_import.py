@@ -13,6 +13,7 @@ Every unsupported op, dtype or attribute is collected and reported in one GraphE
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import re
@@ -75,8 +76,12 @@ class _Import:
     taken: set[str] = field(default_factory=set)
     tensors: dict[str, Tensor] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    inferred: dict[str, tuple[tuple[int, ...], DType]] = field(default_factory=dict)
-    """Static types from ONNX's shape inference (stand-ins for the outputs of failed nodes)."""
+    model: Any = None
+
+    @functools.cached_property
+    def inferred(self) -> dict[str, tuple[tuple[int, ...], DType]]:
+        """Static types from ONNX's shape inference: stand-ins for the outputs of failed nodes (computed on demand)."""
+        return _inferred_types(self.model)
 
     def id_of(self, name: str) -> str:
         """The unique, sanitised tensor id of an ONNX value name."""
@@ -630,14 +635,10 @@ def npy_writer(directory: Path, prefix: str) -> Callable[[str, np.ndarray], Init
 
 
 def cache_weights_dir(path: Path) -> Path:
-    """Where an opened model's weights go when no directory is given: the cache, by the model's hash."""
-    import os
+    """Where an opened model's weights go when no directory is given: beside the tuning cache, by the model's hash."""
+    from engine.tuning.cache import default_dir
 
-    import platformdirs
-
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    root = os.environ.get("ZYX_EXPLORE_CACHE") or platformdirs.user_cache_dir("zyx-explore")
-    return Path(root) / "onnx" / digest
+    return default_dir().parent / "onnx" / hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None, weights_dir: str | Path | None = None,
@@ -650,7 +651,7 @@ def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None, weights_d
     path = Path(path)
     model = _read(path)
     directory = Path(weights_dir) if weights_dir is not None else cache_weights_dir(path)
-    imp = _Import(npy_writer(directory.resolve(), weights_prefix or path.stem))
+    imp = _Import(npy_writer(directory.resolve(), weights_prefix or path.stem), model=model)
     try:
         program = _translate(imp, model, dict(dims or {}))
     except GraphError as e:
@@ -681,7 +682,6 @@ def _translate(imp: _Import, model: Any, dims: dict[str, int]) -> Program:
             problems.append(f"{_location(k, proto)}: domain {proto.domain!r} is not supported (only the default domain)")
         elif proto.op_type not in _OPS:
             problems.append(f"{_location(k, proto)}: the op {proto.op_type} is not supported")
-    imp.inferred = _inferred_types(model)
     defined = set(imp.values)
     for k, proto in enumerate(graph.node):
         undefined = [name for name in proto.input if name and name not in defined]
