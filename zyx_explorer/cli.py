@@ -3,6 +3,9 @@
 An egraph-serialize file (egg, egglog, extraction-gym) is detected: the explorer opens it
 in its foreign-e-graph view, and ``extract`` runs greedy, DAG and ILP extraction on it.
 
+An ONNX model (``.onnx``) is imported first (``--dim NAME=VALUE`` sets symbolic dimensions);
+``import`` writes it as graph.json with its weights as .npy files.
+
 ``check --semantic`` also lowers the program to an e-graph, saturates it and
 checks that every form of every class computes the same values on random inputs.
 
