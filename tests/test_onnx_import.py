@@ -418,3 +418,17 @@ def test_op_matches_onnxruntime(case, tmp_path):
     for name, want in onnxruntime_outputs(path, program).items():
         assert got[name].shape == want.shape and got[name].dtype == want.dtype, (name, got[name].shape, want.shape)
         np.testing.assert_allclose(got[name], want, **TOLERANCE, err_msg=f"{case}: {name}")
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(onnx_graphs())
+def test_random_onnx_graphs_plans_match_onnxruntime(tmp_path_factory, model):
+    """The compiled plan (numpy and BLAS, cost-model times) of random graphs, against onnxruntime."""
+    note(helper.printable_graph(model.graph))
+    directory = tmp_path_factory.mktemp("random_plan")
+    path = _save(model, directory)
+    program = load_onnx(path, weights_dir=directory)
+    compilation = compile_program(program, DEVICE_SETS["numpy+blas"], Options(tune=False))
+    assert compilation.verification.ok, compilation.verification
+    np.testing.assert_allclose(compilation.execution.outputs["y"], onnxruntime_outputs(path, program)["y"],
+                               **TOLERANCE, equal_nan=True)
