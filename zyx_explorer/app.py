@@ -360,7 +360,7 @@ class ExplorerApp(App):
         measured = c.execution.step_times if c.execution is not None and model.reached(self.viewed, "executed") else None
         if self._changed("plan", plan, measured):
             self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured))
-        text = (f"{len(plan.steps)} steps, {len(plan.launches())} launches; predicted {model.seconds_text(plan.predicted)}"
+        text = (f"{model.plural(len(plan.steps), 'step')}, {model.plural(len(plan.launches()), 'launch', 'launches')}; predicted {model.seconds_text(plan.predicted)}"
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")
         if self.session.pins:

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 import sample_graphs
-from engine import GraphError, Program, load
+from engine import GraphError, Program, load, units
 from engine.egraph import (
     CONGRUENCE,
     EGraph,
@@ -174,18 +174,6 @@ def default_file() -> Path:
     return sample_graphs.path(sample_graphs.DEFAULT)
 
 
-def _fmt_shape(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
 def summary(program: Program, source: Path) -> list[Table | str]:
     """The renderables ``check`` prints: inputs, outputs, op counts and totals."""
     title = program.name or source.name
@@ -193,12 +181,12 @@ def summary(program: Program, source: Path) -> list[Table | str]:
     inputs = Table("input", "shape", "dtype", "init", title="Inputs", title_justify="left")
     for i in program.inputs:
         params = ", ".join(f"{k}={v}" for k, v in i.init.params.items() if k != "values")
-        inputs.add_row(i.name, _fmt_shape(i.shape), str(i.dtype), f"{i.init.kind}({params})")
+        inputs.add_row(i.name, units.shape(i.shape), str(i.dtype), f"{i.init.kind}({params})")
     types = program.types()
     outputs = Table("output", "shape", "dtype", title="Outputs", title_justify="left")
     for name in program.outputs:
         shape, dtype = types[name]
-        outputs.add_row(name, _fmt_shape(shape), str(dtype))
+        outputs.add_row(name, units.shape(shape), str(dtype))
     ops = Table("op", "count", title="Ops", title_justify="left")
     for op, count in sorted(Counter(n.op for n in program.nodes).items(), key=lambda kv: (-kv[1], kv[0])):
         ops.add_row(op, str(count))
@@ -206,9 +194,10 @@ def summary(program: Program, source: Path) -> list[Table | str]:
     live = len(program.live_nodes())
     dead = len(program.nodes) - live
     totals = (
-        f"{len(program.inputs)} inputs ({_fmt_bytes(program.parameter_bytes())}), {len(program.nodes)} nodes"
+        f"{units.plural(len(program.inputs), 'input')} ({units.nbytes(program.parameter_bytes())}), "
+        f"{units.plural(len(program.nodes), 'node')}"
         + (f" ({dead} not used by any output)" if dead else "")
-        + f", {len(prims.nodes)} primitive ops after lowering"
+        + f", {units.plural(len(prims.nodes), 'primitive op')} after lowering"
     )
     return [head, inputs, outputs, ops, totals]
 
@@ -315,7 +304,7 @@ def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_mat
                   title_justify="left")
     for d in bad[:SHOWN_DISAGREEMENTS]:
         cls = egraph.eclass(d.class_id)
-        table.add_row(f"c{d.class_id} {_fmt_shape(cls.shape)} {cls.dtype}", f"n{d.node} {egraph.describe(d.node)}",
+        table.add_row(f"c{d.class_id} {units.shape(cls.shape)} {cls.dtype}", f"n{d.node} {egraph.describe(d.node)}",
                       f"n{d.reference} {egraph.describe(d.reference)}", f"{d.max_error:.3g}",
                       ", ".join(_reasons(egraph, d.reference, d.node)))
     items += [table, f"[bold red]disagreement[/bold red]: {len(bad)} of {report.forms} forms disagree with their "
@@ -391,7 +380,7 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
         result = export_all(compilation, stages, out, args.format, options, source=str(args.file))
     for note in dict.fromkeys(result.notes):
         err.print(f"[yellow]note[/yellow]: {note}")
-    console.print(f"[green]wrote[/green] {len(result.paths)} files to {out}: "
+    console.print(f"[green]wrote[/green] {units.plural(len(result.paths), 'file')} to {out}: "
                   + ", ".join(p.name for p in result.paths))
     return 0
 

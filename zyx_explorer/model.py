@@ -23,6 +23,10 @@ from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
 from engine.tuning import FAILED, OK, WRONG, TuneResult
+from engine.units import nbytes as bytes_text  # the explorer's names for engine.units (panes import them from here)
+from engine.units import plural
+from engine.units import seconds as seconds_text
+from engine.units import shape as shape_text
 from zyx_explorer.widgets.line_table import Row
 
 KERNELIZED, TUNED, PLAN = "kernelized", "tuned", "plan"
@@ -31,30 +35,6 @@ KERNELIZED, TUNED, PLAN = "kernelized", "tuned", "plan"
 def reached(stage: str, name: str) -> bool:
     """Whether viewing ``stage`` shows what stage ``name`` made."""
     return pipeline.STAGES.index(stage) >= pipeline.STAGES.index(name)
-
-
-def shape_text(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
-
-
-def seconds_text(s: float | None) -> str:
-    if s is None:
-        return ""
-    if math.isinf(s):
-        return "inf"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
-
-
-def bytes_text(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError
 
 
 class PinError(ValueError):
@@ -367,18 +347,18 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
         out["e-graph"] = f"{c.egraph.num_classes} classes, {c.egraph.num_nodes} nodes"
     if c.saturation is not None:
         s = c.saturation
-        out["saturation"] = f"{s.stop.value} after {len(s.iterations)} iterations, {s.seconds:.3f} s"
+        out["saturation"] = f"{s.stop.value} after {plural(len(s.iterations), 'iteration')}, {seconds_text(s.seconds)}"
     if c.kernelization is not None:
-        out["kernels"] = f"{len(c.kernelization.candidates)} candidates, {len(c.kernel_times)} kernel nodes"
+        out["kernels"] = f"{plural(len(c.kernelization.candidates), 'candidate')}, {plural(len(c.kernel_times), 'kernel node')}"
     if c.tuning:
         trials = sum(len(r.trials) for r in c.tuning.values())
         hits = sum(r.cache == "hit" for r in c.tuning.values())
-        out["tuning"] = f"{len(c.tuning)} kernels tuned, {trials} variants tried, {hits} from the cache"
+        out["tuning"] = f"{plural(len(c.tuning), 'kernel')} tuned, {plural(trials, 'variant')} tried, {hits} from the cache"
     elif c.done("tuned"):
         out["tuning"] = "not tuned: cost-model predictions"
     if c.plan is not None:
         launches = len(c.plan.launches())
-        out["plan"] = (f"{len(c.plan.steps)} steps ({launches} launches), predicted {seconds_text(c.plan.predicted)}, "
+        out["plan"] = (f"{plural(len(c.plan.steps), 'step')} ({plural(launches, 'launch', 'launches')}), predicted {seconds_text(c.plan.predicted)}, "
                        f"peak {bytes_text(c.plan.peak_bytes)}")
     if c.execution is not None:
         out["measured"] = seconds_text(c.execution.total)

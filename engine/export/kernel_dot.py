@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import graphviz
 
+from engine import units
 from engine.devices.base import DEFAULT_VARIANT
 from engine.egraph.egraph import ClassId
 from engine.export import view
@@ -21,7 +22,7 @@ def device_times(c: Compilation, stage: str) -> dict[str, dict[str, str]]:
     tuned = stage != "kernelized"
     for param, t in (c.kernel_times if tuned else c.estimates).items():
         result = c.tuning.get(param) if tuned else None
-        text = view.seconds(t)
+        text = units.seconds(t)
         if result is not None:
             text += " (no variant ran)" if not result.ok else " measured" + (
                 f", {result.best}" if result.best != DEFAULT_VARIANT else "")
@@ -101,7 +102,7 @@ def _draw_stored(g: graphviz.Digraph, c: Compilation, keep: list[str]) -> None:
         stored.update((cand.output, *cand.inputs))
     for cls_id in sorted(stored):
         cls = eg.eclass(cls_id)
-        label = f"c{cls_id} {view.shape(cls.shape)} {cls.dtype}"
+        label = f"c{cls_id} {units.shape(cls.shape)} {cls.dtype}"
         if cls_id in leaves:
             label += f"\\ninput {leaves[cls_id]}"
         if cls_id in outputs:

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine import units
 from engine.export import view
 from engine.export.chosen import planned_kernels
 from engine.export.kernel_dot import device_times
@@ -42,7 +43,7 @@ def rewrites(c: Compilation) -> Table:
     if sat is None:
         return Table("Rewrites", (), [], "not saturated")
     (n0, k0), eg = sat.start_counts, sat.egraph
-    intro = (f"stop: {sat.stop.value} after {len(sat.iterations)} iterations in {view.seconds(sat.seconds)}; "
+    intro = (f"stop: {sat.stop.value} after {len(sat.iterations)} iterations in {units.seconds(sat.seconds)}; "
              f"e-nodes {n0} → {eg.num_nodes}, e-classes {k0} → {eg.num_classes} (final e-graph, kernel nodes "
              f"included)")
     merges = sat.merges_by_rule()
@@ -88,9 +89,9 @@ def plan_table(c: Compilation) -> Table:
         else:
             assert isinstance(s, Free)
             what, where, size = f"c{s.value[0]}", s.value[1], s.buffer.nbytes
-        predicted = view.seconds(s.predicted) if isinstance(s, Copy | Launch) else ""
-        ran = view.seconds(times[i - 1]) if times is not None and predicted else ""
-        rows.append((str(i), type(s).__name__.lower(), what, view.short_device(where), view.nbytes(size), predicted,
+        predicted = units.seconds(s.predicted) if isinstance(s, Copy | Launch) else ""
+        ran = units.seconds(times[i - 1]) if times is not None and predicted else ""
+        rows.append((str(i), type(s).__name__.lower(), what, view.short_device(where), units.nbytes(size), predicted,
                      ran))
     return Table("Plan", ("#", "step", "what", "device / pool", "bytes", "predicted", "measured"), rows,
                  plan_title(c, executed=True))

@@ -159,7 +159,7 @@ class ClassDetail(Vertical):
         if rivals:
             cost, n = rivals[0]
             text.append(f"; next best n{n} {eg.describe(n).split('(')[0]} {seconds_text(cost)}"
-                        f" (+{seconds_text(cost - best.cost)})", "dim" if cost >= best.cost else "red")
+                        f" ({seconds_text(cost - best.cost, signed=True)})", "dim" if cost >= best.cost else "red")
         else:
             text.append("; the only way to compute it", "dim")
         return text
