@@ -13,6 +13,7 @@ from engine.devices.base import Variant
 from engine.kernel import opencl
 from engine.kernel.kernelize import Candidate
 from zyx_explorer.model import seconds_text
+from zyx_explorer.widgets.ir_lexer import KernelIRLexer
 
 
 class SourceView(Static):
@@ -52,6 +53,6 @@ class SourceView(Static):
         except Exception as e:  # an unsupported kernel or variant is shown, not raised
             self.opencl_source = ""
             c_code = Text(f"no {title}: {e}", "yellow")
-        ir = Syntax(str(cand.kernel), "python", theme=theme, word_wrap=True)
+        ir = Syntax(str(cand.kernel), KernelIRLexer(), theme=theme, word_wrap=True)
         self.update(Group(head, Text("kernel IR", "bold underline"), ir, Text(""),
                           Text(title, "bold underline"), c_code))
