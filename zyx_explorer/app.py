@@ -161,7 +161,7 @@ class ExplorerApp(App):
 
     def on_mount(self) -> None:
         name = self.program.name or self.source.name
-        self.sub_title = f"{name}: {len(self.program.nodes)} nodes, {len(self.prims.nodes)} primitives"
+        self.sub_title = f"{name}: {model.plural(len(self.program.nodes), 'node')}, {model.plural(len(self.prims.nodes), 'primitive')}"
         first = self.program.inputs[0].name if self.program.inputs else self.program.nodes[0].id
         self.query_one(TensorDetail).show(first)
         self.query_one(ClassesTable).follow = self._class_highlighted
@@ -231,9 +231,9 @@ class ExplorerApp(App):
         if c is None:
             return
         if self.tuning_cancelled:
-            self.notify(f"tuning stopped: {len(c.tuning)} kernels timed, the others use predictions", title="Tuning")
+            self.notify(f"tuning stopped: {model.plural(len(c.tuning), 'kernel')} timed, the others use predictions", title="Tuning")
         if c.problems:
-            self.notify("\n".join(c.problems), title=f"{len(c.problems)} problems worked around", severity="warning",
+            self.notify("\n".join(c.problems), title=f"{model.plural(len(c.problems), 'problem')} worked around", severity="warning",
                         timeout=10)
 
     @on(CompileFailed)
@@ -340,7 +340,7 @@ class ExplorerApp(App):
                                   self._launched(cand_id))
         table.set_rows(rows)
         tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
-        text = f"variants of {cand.kernel.name}: {len(rows)} on {len({r.key[0] for r in rows})} devices"
+        text = f"variants of {cand.kernel.name}: {len(rows)} on {model.plural(len({r.key[0] for r in rows}), 'device')}"
         if tuned:
             text += " (" + ", ".join(f"{r.device} cache {r.cache}" for r in tuned) + ")"
         elif not model.reached(stage, model.TUNED):

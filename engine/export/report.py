@@ -43,7 +43,7 @@ def rewrites(c: Compilation) -> Table:
     if sat is None:
         return Table("Rewrites", (), [], "not saturated")
     (n0, k0), eg = sat.start_counts, sat.egraph
-    intro = (f"stop: {sat.stop.value} after {len(sat.iterations)} iterations in {units.seconds(sat.seconds)}; "
+    intro = (f"stop: {sat.stop.value} after {units.plural(len(sat.iterations), 'iteration')} in {units.seconds(sat.seconds)}; "
              f"e-nodes {n0} → {eg.num_nodes}, e-classes {k0} → {eg.num_classes} (final e-graph, kernel nodes "
              f"included)")
     merges = sat.merges_by_rule()
@@ -69,7 +69,7 @@ def kernel_costs(c: Compilation) -> Table:
         rows.append((cand.kernel.name, f"c{cand.output}", *(t.get(d, "—") for d in devices),
                      view.short_device(planned[cand_id]) if cand_id in planned else ""))
     return Table("Kernel cost per device", ("kernel", "computes", *map(view.short_device, devices), "plan runs it on"),
-                 rows, f"{len(rows)} candidates; costs are the times extraction used: measured (with the tuned variant) "
+                 rows, f"{units.plural(len(rows), 'candidate')}; costs are the times extraction used: measured (with the tuned variant) "
                  "for the kernels tuned, the cost model's prediction for the rest")
 
 

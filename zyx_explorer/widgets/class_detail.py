@@ -17,7 +17,7 @@ from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.extract import Extraction
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Kernelization
-from zyx_explorer.model import seconds_text, shape_text
+from zyx_explorer.model import plural, seconds_text, shape_text
 from zyx_explorer.widgets.text_list import TextList
 
 
@@ -127,7 +127,7 @@ class ClassDetail(Vertical):
         costs = {n: form_cost(eg, n, extraction, times, self._pools[2]) for n in cls.nodes}
         head = Text()
         head.append(f"c{cid}", "bold")
-        head.append(f" {shape_text(cls.shape)} {cls.dtype}, {len(cls.nodes)} forms")
+        head.append(f" {shape_text(cls.shape)} {cls.dtype}, {plural(len(cls.nodes), 'form')}")
         if cls.splat is not None:
             head.append(f", every element = {cls.splat}")
         outputs = [name for name, c in eg.output_classes().items() if c == cid]
@@ -144,7 +144,7 @@ class ClassDetail(Vertical):
             child = eg.eclass(ch)
             items.append((("child", ch), Text.assemble(
                 ("→ ", "bold cyan"), (f"c{ch}", "underline cyan"),
-                f" {shape_text(child.shape)} {child.dtype}, {len(child.nodes)} forms")))
+                f" {shape_text(child.shape)} {child.dtype}, {plural(len(child.nodes), 'form')}")))
         self.forms.set_items(items, keep)
         _update_in_place(self.query_one("#explain", Static), Text(self.explanation))
 
@@ -191,7 +191,7 @@ class ClassDetail(Vertical):
             text = f"n{a} is n{b}"
         else:
             steps = explain(eg, a, b)
-            text = f"why n{a} = n{b} ({len(steps)} steps):\n" + "\n".join(format_explanation(eg, steps))
+            text = f"why n{a} = n{b} ({plural(len(steps), 'step')}):\n" + "\n".join(format_explanation(eg, steps))
         self.explanation = text
         _update_in_place(self.query_one("#explain", Static), Text(text))
         return text
