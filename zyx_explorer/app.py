@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
@@ -79,26 +80,31 @@ class ExplorerApp(App):
     TITLE = "zyx-explore"
     COMMANDS = App.COMMANDS | {ExplorerCommands}
     BINDINGS: ClassVar = [
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("question_mark", "help", "Help", id="help"),
-        *(Binding(str(i + 1), f"tab('{t}')", t.capitalize(), show=False, id=f"tab-{t}") for i, t in enumerate(TABS)),
-        Binding("left_square_bracket", "stage(-1)", "Stage-", id="stage-prev"),
-        Binding("right_square_bracket", "stage(1)", "Stage+", id="stage-next"),
-        Binding("comma", "iteration(-1)", "Iter-", id="iteration-prev"),
-        Binding("full_stop", "iteration(1)", "Iter+", id="iteration-next"),
-        Binding("slash", "filter", "Filter", id="filter"),
-        Binding("s", "sort", "Sort", id="sort"),
-        Binding("backspace", "back", "Back", id="back"),
-        Binding("m", "mark", "Mark", show=False, id="mark"),
-        Binding("x", "explain", "Explain", show=False, id="explain"),
-        Binding("p", "pin", "Pin", id="pin"),
-        Binding("d", "pin_device", "Pin device", show=False, id="pin-device"),
-        Binding("u", "unpin", "Unpin", id="unpin"),
-        Binding("e", "export", "Export", show=False, id="export"),
-        Binding("ctrl+s", "screenshot_svg", "Screenshot", id="screenshot"),
-        Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning"),
-        Binding("escape", "close_filter", "Close filter", show=False, id="close-filter"),
+        Binding("q", "quit", "Quit", id="quit", tooltip="Quit"),
+        Binding("question_mark", "help", "Help", id="help", tooltip="Help: every key and pane"),
+        *(Binding(str(i + 1), f"tab('{t}')", t.capitalize(), show=False, id=f"tab-{t}", tooltip=f"Show {t}")
+          for i, t in enumerate(TABS)),
+        Binding("left_square_bracket", "stage(-1)", "Stage-", id="stage-prev", tooltip="Previous stage"),
+        Binding("right_square_bracket", "stage(1)", "Stage+", id="stage-next", tooltip="Next stage"),
+        Binding("comma", "iteration(-1)", "Iter-", id="iteration-prev", tooltip="Previous saturation iteration"),
+        Binding("full_stop", "iteration(1)", "Iter+", id="iteration-next", tooltip="Next saturation iteration"),
+        Binding("slash", "filter", "Filter", id="filter", tooltip="Filter the table"),
+        Binding("s", "sort", "Sort", id="sort", tooltip="Sort the table (next column)"),
+        Binding("backspace", "back", "Back", id="back", tooltip="Back to the previous class"),
+        Binding("m", "mark", "Mark", show=False, id="mark", tooltip="Mark the highlighted form"),
+        Binding("x", "explain", "Explain", show=False, id="explain",
+                tooltip="Explain the highlighted form against the marked (or chosen) one"),
+        Binding("p", "pin", "Pin", id="pin", tooltip="Pin the class to the highlighted form (what-if)"),
+        Binding("d", "pin_device", "Pin device", show=False, id="pin-device",
+                tooltip="Pin the class to the highlighted kernel's device (what-if)"),
+        Binding("u", "unpin", "Unpin", id="unpin", tooltip="Unpin the class"),
+        Binding("e", "export", "Export", show=False, id="export", tooltip="Export the stage (Graphviz DOT + SVG)"),
+        Binding("ctrl+s", "screenshot_svg", "Screenshot", id="screenshot", tooltip="Save a screenshot (SVG)"),
+        Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning",
+                tooltip="Stop tuning (the plan uses what was timed)"),
+        Binding("escape", "close_filter", "Close filter", show=False, id="close-filter", tooltip="Close the filter"),
     ]
+    """Every key; ``tooltip`` is its long name, which the help screen and the command palette show."""
 
     def __init__(self, program: Program, source: Path, screenshot_dir: Path | None = None,
                  devices: list[Device] | None = None, options: Options | None = None) -> None:
@@ -675,10 +681,15 @@ class ExplorerApp(App):
         self._show_stage_bar()
 
     def action_help(self) -> None:
-        keys = [(self.get_key_display(b), b.description) for b in self.BINDINGS if isinstance(b, Binding)]
-        keys += [("enter", "follow a child link / explain a form / select a row"),
-                 ("tab", "next widget (costs: the matrix, then the variants)"), ("ctrl+p", "command palette")]
+        keys = [(self.get_key_display(b), b.tooltip) for b in self.BINDINGS if isinstance(b, Binding)]
+        keys += [("enter", "Follow a child link / explain a form / select a row"),
+                 ("tab", "Next widget (costs: the matrix, then the variants)"), ("ctrl+p", "Command palette")]
         self.push_screen(HelpScreen(keys))
+
+    def get_system_commands(self, screen) -> Iterable[SystemCommand]:
+        """Textual's own commands, less those the explorer has its own binding for (its Screenshot and Quit)."""
+        ours = {b.description for b in self.BINDINGS}
+        yield from (c for c in super().get_system_commands(screen) if c.title not in ours)
 
     def action_screenshot_svg(self) -> None:
         """Save an SVG screenshot of the screen as it is."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 
+import pytest
 from textual.widget import Widget
 
 from engine.devices import NumpyDevice
@@ -17,7 +18,7 @@ from tests.ui.conftest import compiled, plain
 from zyx_explorer import app as app_module
 from zyx_explorer import model
 from zyx_explorer.app import ExplorerApp
-from zyx_explorer.commands import COMMANDS
+from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.screens.help import HelpScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
@@ -536,9 +537,19 @@ class TestProblems:
 
 
 class TestEveryAction:
-    def test_every_binding_is_in_the_command_palette(self):
-        actions = {action for _, action in COMMANDS}
-        assert {b.action for b in ExplorerApp.BINDINGS} <= actions
+    async def test_the_palette_lists_every_binding_by_name_with_its_key(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            hits = [hit async for hit in ExplorerCommands(app.screen).discover()]
+            shown = {str(hit.display): hit.help for hit in hits}
+            for b in ExplorerApp.BINDINGS:
+                if b.action != "cancel_tuning":  # offered only while tuning
+                    assert shown[b.tooltip] == f"key: {app.get_key_display(b)}"
+            assert not any("action:" in help for help in shown.values())
+            assert "Stop tuning (the plan uses what was timed)" not in shown
+            system = [c.title for c in app.get_system_commands(app.screen)]
+            assert "Theme" in system and "Screenshot" not in system and "Quit" not in system
 
     async def test_the_help_screen_lists_every_binding(self, app_factory):
         app = app_factory()
@@ -546,6 +557,28 @@ class TestEveryAction:
             await pilot.press("question_mark")
             text = plain(app.screen.query_one("#help-keys"))
             for b in ExplorerApp.BINDINGS:
-                assert b.description in text
+                assert b.tooltip in text
             await pilot.press("escape")
             await compiled(pilot)
+
+    @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+    async def test_the_help_screen_scrolls_by_keyboard_to_its_last_line(self, app_factory, size):
+        app = app_factory()
+        async with app.run_test(size=size) as pilot:
+            await compiled(pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            scroll = app.screen.query_one("#help-scroll")
+            assert app.focused is scroll
+            if size == (80, 24):
+                assert scroll.max_scroll_y > 0  # taller than the screen: the keys after Back are below
+                await pilot.press("down")
+                await pilot.pause()
+                assert scroll.scroll_y == 1
+            await pilot.press("end")
+            await pilot.pause()
+            assert scroll.scroll_y == scroll.max_scroll_y
+            assert scroll.virtual_size.height - scroll.scroll_y <= scroll.scrollable_content_region.height
+            await pilot.press("home")
+            await pilot.pause()
+            assert scroll.scroll_y == 0

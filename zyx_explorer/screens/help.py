@@ -20,7 +20,7 @@ PANES = (
                      "back; enter on a form explains it against the chosen (or marked, m) form"),
     ("Costs", "kernel x device seconds (m measured, p predicted, e estimate; < best, * chosen); below, every "
               "variant tried of the highlighted kernel (verified / wrong / failed, cache); tab moves between them, "
-              "enter shows the OpenCL C"),
+              "enter shows the source"),
     ("Plan", "Allocate / Copy / Launch / Free steps; enter selects the step's class"),
     ("Source", "the kernel IR and the OpenCL C of the selected variant (the launched one by default)"),
     ("Rewrites", "the rewrite log; / filters by rule, enter jumps to the merged class"),
@@ -32,6 +32,8 @@ class HelpScreen(ModalScreen[None]):
     """Keys and panes; escape, q or ? closes it."""
 
     BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close", id="help-close")]
+    AUTO_FOCUS = "#help-scroll"
+    """The list scrolls by keyboard (up/down, page up/down, home/end): at 80x24 it is taller than the screen."""
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll { width: 90%; height: 85%; border: thick $primary; background: $surface;
@@ -49,7 +51,7 @@ class HelpScreen(ModalScreen[None]):
         panes = Table("pane", "what it shows", title="Panes", title_justify="left", box=None)
         for pane, what in PANES:
             panes.add_row(pane, what)
-        with VerticalScroll():
+        with VerticalScroll(id="help-scroll"):
             yield Static(keys, id="help-keys")
             yield Static(panes)
             yield Static("ctrl+p opens the command palette (every action, and themes).")
