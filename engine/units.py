@@ -65,3 +65,18 @@ def shape(dims: Iterable[int]) -> str:
 def plural(n: int, noun: str, many: str | None = None) -> str:
     """``1 step``, ``2 steps``, ``0 steps``; ``many``: the plural when it is not ``noun + 's'`` (copy, copies)."""
     return f"{n} {noun if n == 1 else many or noun + 's'}"
+
+
+def short_devices(names: Iterable[str]) -> dict[str, str]:
+    """A short name for each device (and its memory pool) in tables and labels: host devices keep theirs (numpy,
+    blas, native), OpenCL devices, whose full names run to 60 characters, become ``cl0``, ``cl1``... in
+    discovery order; ``device_legend`` says which is which, once."""
+    out = {"host": "host"}
+    for name in names:
+        out[name] = f"cl{sum(v.startswith('cl') for v in out.values())}" if name.startswith("opencl:") else name
+    return out
+
+
+def device_legend(short: dict[str, str]) -> str:
+    """``cl0 = opencl:pthread-skylake-avx512-Intel(R) Xeon(R) Processor``, one entry per renamed device."""
+    return "   ".join(f"{s} = {name}" for name, s in short.items() if s != name)

@@ -62,3 +62,13 @@ def test_shape_and_plural():
     assert units.plural(0, "step") == "0 steps"
     assert units.plural(2, "launch", "launches") == "2 launches"
     assert units.plural(1, "copy", "copies") == "1 copy"
+
+
+def test_short_devices_and_their_legend():
+    names = ["numpy", "blas", "native", "opencl:pthread-skylake-avx512-Intel(R) Xeon(R) Processor (PoCL 3.1)",
+             "opencl:NVIDIA H200"]
+    short = units.short_devices(names)
+    assert [short[n] for n in names] == ["numpy", "blas", "native", "cl0", "cl1"]
+    assert short["host"] == "host"
+    assert units.device_legend(short) == f"cl0 = {names[3]}   cl1 = {names[4]}"
+    assert units.device_legend(units.short_devices(["numpy"])) == ""

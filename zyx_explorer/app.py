@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -21,7 +21,7 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from engine import Program
+from engine import Program, units
 from engine.devices import Device, discover
 from engine.devices.base import Variant
 from engine.egraph.egraph import ClassId, EGraph
@@ -50,6 +50,10 @@ TABS = ("program", "classes", "costs", "plan", "source", "rewrites", "results")
 TABLES = {"program": "#program-table", "classes": "#classes", "costs": "#costs", "plan": "#plan", "rewrites": "#rewrites"}
 FOCUS = {**TABLES, "source": "#source-scroll", "results": "#results-scroll"}
 """What each tab focuses when shown (a widget outside it must not keep the focus: the tab would switch back)."""
+STAGE, ITERATION = Binding.Group("Stage", compact=True), Binding.Group("Iteration", compact=True)
+"""Key pairs shown as one footer entry (``[]`` Stage), so that the footer fits 80 columns."""
+NARROW = 120
+"""Below this many columns the footer is compact."""
 
 
 class StageDone(Message):
@@ -84,10 +88,12 @@ class ExplorerApp(App):
         Binding("question_mark", "help", "Help", id="help", tooltip="Help: every key and pane"),
         *(Binding(str(i + 1), f"tab('{t}')", t.capitalize(), show=False, id=f"tab-{t}", tooltip=f"Show {t}")
           for i, t in enumerate(TABS)),
-        Binding("left_square_bracket", "stage(-1)", "Stage-", id="stage-prev", tooltip="Previous stage"),
-        Binding("right_square_bracket", "stage(1)", "Stage+", id="stage-next", tooltip="Next stage"),
-        Binding("comma", "iteration(-1)", "Iter-", id="iteration-prev", tooltip="Previous saturation iteration"),
-        Binding("full_stop", "iteration(1)", "Iter+", id="iteration-next", tooltip="Next saturation iteration"),
+        Binding("left_square_bracket", "stage(-1)", "Stage-", id="stage-prev", tooltip="Previous stage", group=STAGE),
+        Binding("right_square_bracket", "stage(1)", "Stage+", id="stage-next", tooltip="Next stage", group=STAGE),
+        Binding("comma", "iteration(-1)", "Iter-", id="iteration-prev", tooltip="Previous saturation iteration",
+                group=ITERATION),
+        Binding("full_stop", "iteration(1)", "Iter+", id="iteration-next", tooltip="Next saturation iteration",
+                group=ITERATION),
         Binding("slash", "filter", "Filter", id="filter", tooltip="Filter the table"),
         Binding("s", "sort", "Sort", id="sort", tooltip="Sort the table (next column)"),
         Binding("backspace", "back", "Back", id="back", tooltip="Back to the previous class"),
@@ -97,9 +103,9 @@ class ExplorerApp(App):
         Binding("p", "pin", "Pin", id="pin", tooltip="Pin the class to the highlighted form (what-if)"),
         Binding("d", "pin_device", "Pin device", show=False, id="pin-device",
                 tooltip="Pin the class to the highlighted kernel's device (what-if)"),
-        Binding("u", "unpin", "Unpin", id="unpin", tooltip="Unpin the class"),
+        Binding("u", "unpin", "Unpin", show=False, id="unpin", tooltip="Unpin the class"),
         Binding("e", "export", "Export", show=False, id="export", tooltip="Export the stage (Graphviz DOT + SVG)"),
-        Binding("ctrl+s", "screenshot_svg", "Screenshot", id="screenshot", tooltip="Save a screenshot (SVG)"),
+        Binding("ctrl+s", "screenshot_svg", "Screenshot", show=False, id="screenshot", tooltip="Save a screenshot (SVG)"),
         Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning",
                 tooltip="Stop tuning (the plan uses what was timed)"),
         Binding("escape", "close_filter", "Close filter", show=False, id="close-filter", tooltip="Close the filter"),
@@ -165,6 +171,9 @@ class ExplorerApp(App):
         yield Input(placeholder="filter: c12  add  [8, 32]  blas  ~fuzzy   (enter: keep, escape: clear)", id="filter")
         yield Footer()
 
+    def on_resize(self, event: events.Resize) -> None:
+        self.query_one(Footer).compact = event.size.width < NARROW
+
     def on_mount(self) -> None:
         name = self.program.name or self.source.name
         self.sub_title = f"{name}: {model.plural(len(self.program.nodes), 'node')}, {model.plural(len(self.prims.nodes), 'primitive')}"
@@ -209,7 +218,7 @@ class ExplorerApp(App):
         c = self.session.compilation
         kz = c.kernelization if c is not None else None
         names = {cand.kernel.key: cand.kernel.name for cand in kz.candidates.values()} if kz is not None else {}
-        self.post_message(TuneProgress(f"tuning {names.get(p.kernel, p.kernel[:10])} on {p.device[:24]} "
+        self.post_message(TuneProgress(f"tuning {names.get(p.kernel, p.kernel[:10])} on {self.session.short().get(p.device, p.device)} "
                                        f"{p.done}/{p.total}  (c stops)"))
 
     @on(TuneProgress)
@@ -318,7 +327,10 @@ class ExplorerApp(App):
         if c is None or not times:
             table.set_rows([])
         else:
-            table.for_devices([d.name for d in c.devices])
+            short = self.session.short()
+            table.for_devices([short[d.name] for d in c.devices])
+            legend = units.device_legend(short)
+            self.query_one("#costs-legend", Static).update(LEGEND + (f"\n{legend}" if legend else ""))
             table.set_rows(model.cost_rows(c, times, extraction, tuning, estimated))
         self._show_variants()
 
@@ -343,7 +355,7 @@ class ExplorerApp(App):
         stage, times = self.viewed, self.session.kernel_times(self.viewed)
         tuning = self.session.tuning(stage)
         rows = model.variant_rows(cand_id, times, tuning, lambda kn: self.session.variant(stage, kn),
-                                  self._launched(cand_id))
+                                  self._launched(cand_id), self.session.short())
         table.set_rows(rows)
         tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
         text = f"variants of {cand.kernel.name}: {len(rows)} on {model.plural(len({r.key[0] for r in rows}), 'device')}"
@@ -365,7 +377,7 @@ class ExplorerApp(App):
             return
         measured = c.execution.step_times if c.execution is not None and model.reached(self.viewed, "executed") else None
         if self._changed("plan", plan, measured):
-            self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured))
+            self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured, self.session.short()))
         text = (f"{model.plural(len(plan.steps), 'step')}, {model.plural(len(plan.launches()), 'launch', 'launches')}; predicted {model.seconds_text(plan.predicted)}"
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")

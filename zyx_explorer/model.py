@@ -24,7 +24,7 @@ from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
 from engine.tuning import FAILED, OK, WRONG, TuneResult
 from engine.units import nbytes as bytes_text  # the explorer's names for engine.units (panes import them from here)
-from engine.units import plural
+from engine.units import plural, short_devices
 from engine.units import seconds as seconds_text
 from engine.units import shape as shape_text
 from zyx_explorer.widgets.line_table import Row
@@ -152,6 +152,11 @@ class Session:
             raise PinError("pins need the plan stage: wait for the compilation")
         return c
 
+    def short(self) -> dict[str, str]:
+        """The short name of each device and pool of the compilation (``units.short_devices``)."""
+        c = self.compilation
+        return short_devices(d.name for d in c.devices) if c is not None else {}
+
     def _predicted(self) -> float:
         c = self.current()
         return c.plan.predicted if c is not None and c.plan is not None else math.nan
@@ -233,7 +238,8 @@ def step_class(step: Allocate | Copy | Launch | Free) -> ClassId:
     return step.value[0]
 
 
-def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
+def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None, short: Mapping[str, str]) -> list[Row]:
+    """One row per step; devices and pools by their ``short`` names."""
     rows = []
     for i, step in enumerate(plan.steps):
         kind = type(step).__name__
@@ -241,7 +247,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
             what = f"{step.kernel.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
             where, predicted, nbytes = step.device, step.predicted, sum(b.nbytes for b in step.kernel.output_types)
         elif isinstance(step, Copy):
-            what = f"c{step.source[0]}: {step.source[1]} -> {step.target[1]}"
+            what = f"c{step.source[0]}: {short.get(step.source[1], step.source[1])} -> {short.get(step.target[1], step.target[1])}"
             where, predicted, nbytes = step.target[1], step.predicted, step.buffer.nbytes
         else:
             what = f"c{step.value[0]} {step.buffer}" + (f" = input {step.input}" if isinstance(step, Allocate)
@@ -249,7 +255,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
             where, predicted, nbytes = step.value[1], None, step.buffer.nbytes
         took = measured[i] if measured is not None and i < len(measured) and kind in ("Launch", "Copy") else None
         style = {"Launch": "", "Copy": "cyan", "Allocate": "dim", "Free": "dim"}[kind]
-        rows.append(Row(i, (str(i), kind, what, where, bytes_text(nbytes), seconds_text(predicted),
+        rows.append(Row(i, (str(i), kind, what, short.get(where, where), bytes_text(nbytes), seconds_text(predicted),
                             seconds_text(took)), style))
     return rows
 
@@ -317,7 +323,8 @@ def launched_variant(cand_id: str, times: Mapping[KernelNode, float], chosen: se
 
 
 def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mapping[KernelNode, TuneResult],
-                 variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None) -> list[Row]:
+                 variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None,
+                 short: Mapping[str, str]) -> list[Row]:
     """Every variant tried of candidate ``cand_id`` on each device, fastest verified first: ``*`` launched,
     ``<`` best; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
     rows = []
@@ -326,7 +333,7 @@ def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mappin
         if result is None:
             v = variant_of(kn)
             mark = "*" if launched == (kn.device, v) else " "
-            rows.append(Row((kn.device, v), (mark, kn.device, str(v), "not tuned", "", seconds_text(times[kn]), "",
+            rows.append(Row((kn.device, v), (mark, short.get(kn.device, kn.device), str(v), "not tuned", "", seconds_text(times[kn]), "",
                                              ""), "dim"))
             continue
         for t in sorted(result.trials, key=lambda t: (t.status != OK, math.inf if t.seconds is None else t.seconds)):
@@ -334,7 +341,7 @@ def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mappin
             mark = "*" if launched == (kn.device, t.variant) else ("<" if best else " ")
             reason = t.reason.splitlines()[0] if t.reason else ""
             style = {OK: "bold" if best else "", WRONG: "red", FAILED: "yellow"}[t.status]
-            rows.append(Row((kn.device, t.variant), (mark, kn.device, str(t.variant), STATUS[t.status],
+            rows.append(Row((kn.device, t.variant), (mark, short.get(kn.device, kn.device), str(t.variant), STATUS[t.status],
                                                      seconds_text(t.seconds), seconds_text(t.predicted), result.cache,
                                                      reason), style))
     return rows

@@ -511,13 +511,13 @@ class TestTuning:
                             fast, 1e-6, 0.5, "miss")
         other = KernelNode("k_1@c3(c1)", "numpy", (4,), DType.F32)
         rows = model.variant_rows("k_1@c3(c1)", {kn: 1e-6, other: 5e-6}, {kn: result},
-                                  lambda k: DEFAULT_VARIANT, ("gpu", slow))
+                                  lambda k: DEFAULT_VARIANT, ("gpu", slow), {})
         assert [r.cells[:4] for r in rows] == [
             ("<", "gpu", "local=64", "verified"), ("*", "gpu", "local=32", "verified"),
             (" ", "gpu", "local=16", "wrong"), (" ", "gpu", "local=8", "failed"),
             (" ", "numpy", "local=auto", "not tuned")]
-        assert rows[0].cells[4:7] == ("1 µs", "2 µs", "miss") and rows[2].cells[7] == "out0: 4 differ"
-        assert rows[3].cells[7] == "build" and rows[4].cells[5] == "5 µs"
+        assert rows[0].cells[4:7] == ("1.00 µs", "2.00 µs", "miss") and rows[2].cells[7] == "out0: 4 differ"
+        assert rows[3].cells[7] == "build" and rows[4].cells[5] == "5.00 µs"
 
 
 class TestProblems:

@@ -137,7 +137,7 @@ class ClassDetail(Vertical):
             head.append(f", 📌 pinned to {pins[cid]}", "bold magenta")
         head.append("\n")
         head.append_text(self._why(eg, choices, costs))
-        self.query_one("#detail-head", Static).update(head, layout=False)  # fixed height: no relayout per key
+        self.query_one("#detail-head", Static).update(head)  # its height follows the text: the why line is never cut
         items: list[tuple[tuple[str, int], Text]] = [
             (("form", n), self._form_text(eg, n, cid, costs, times, kz, roots, pins)) for n in cls.nodes]
         for ch in dict.fromkeys(ch for n in cls.nodes for ch in eg.node(n).children if ch != cid):

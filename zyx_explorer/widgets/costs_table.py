@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from zyx_explorer.widgets.line_table import Column, LineTable
 
-LEGEND = "m measured (tuned)   p predicted (cost model)   e nominal estimate   * chosen by the plan   < best of the row"
+LEGEND = "m measured  p predicted (cost model)  e nominal estimate   * in the plan  < fastest of the row"
 
 
 class CostsTable(LineTable):
@@ -16,5 +16,6 @@ class CostsTable(LineTable):
         super().__init__([], **kwargs)
 
     def for_devices(self, names: Sequence[str]) -> None:
-        self.columns = [Column("kernel", 12), Column("class", 7), Column("root form", 14)]
-        self.columns += [Column(n[:22], max(12, min(len(n), 22)), right=True) for n in names]
+        """``names``: the devices' short names (``units.short_devices``)."""
+        self.columns = [Column("kernel", 10), Column("class", 6), Column("root form", 10, flex=True),
+                        *(Column(n, max(10, len(n)), right=True) for n in names)]
