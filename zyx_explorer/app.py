@@ -360,12 +360,13 @@ class ExplorerApp(App):
         tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
         text = f"variants of {cand.kernel.name}: {len(rows)} on {model.plural(len({r.key[0] for r in rows}), 'device')}"
         if tuned:
-            text += " (" + ", ".join(f"{r.device} cache {r.cache}" for r in tuned) + ")"
+            short = self.session.short()
+            text += " (" + ", ".join(f"{short.get(r.device, r.device)} cache {r.cache}" for r in tuned) + ")"
         elif not model.reached(stage, model.TUNED):
             text += " (before tuning: default variants, nominal estimates)"
         else:
             text += " (not tuned: the cost model's suggestion)"
-        head.update(text + "   tab: to the variants, enter: its OpenCL C")
+        head.update(text + "   * launched  + tuner's pick on its device   tab: to the variants, enter: its source")
 
     def _show_plan(self) -> None:
         plan = self.session.plan(self.viewed)

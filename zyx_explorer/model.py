@@ -281,7 +281,9 @@ def chosen_kernels(eg: EGraph, extraction: Extraction | None) -> set[KernelNode]
 def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Extraction | None,
               tuning: Mapping[KernelNode, TuneResult], estimated: bool = False) -> list[Row]:
     """Kernel x device: one row per candidate, each device's seconds marked ``m`` measured (tuned), ``p`` predicted
-    by the cost model or ``e`` nominal estimate (``estimated``), then ``*`` chosen by the plan or ``<`` best."""
+    by the cost model or ``e`` nominal estimate (``estimated``), then ``*`` chosen by the plan or ``<`` the fastest
+    of the row (of its measured cells when it has any).  A kernel that computes several classes (the same code)
+    is named with ``×N``."""
     kz, eg = c.kernelization, c.egraph
     if kz is None or eg is None:
         return []
@@ -290,18 +292,23 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
         by_cand.setdefault(k.candidate, {})[k.device] = (k, s)
     chosen = chosen_kernels(eg, extraction)
     chosen_cands = {k.candidate for k in chosen}
+    uses = Counter(cand.kernel.name for cand in kz.candidates.values())
     rows = []
     for cid, cand in kz.candidates.items():
         row_times = by_cand.get(cid, {})
-        best = min((s for _, s in row_times.values()), default=math.inf)
-        cells = [cand.kernel.name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
+        kinds = {d: "e" if estimated else ("m" if kn in tuning and tuning[kn].ok else "p")
+                 for d, (kn, _) in row_times.items()}
+        measured = "m" in kinds.values()  # then only measured cells compete for "<": a prediction is not a timing
+        best = min((s for d, (_, s) in row_times.items() if kinds[d] == "m" or not measured), default=math.inf)
+        name = cand.kernel.name + (f" ×{uses[cand.kernel.name]}" if uses[cand.kernel.name] > 1 else "")
+        cells = [name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
         for d in c.devices:
             if d.name not in row_times:
                 cells.append("—")
                 continue
             kn, s = row_times[d.name]
-            kind = "e" if estimated else ("m" if kn in tuning and tuning[kn].ok else "p")
-            mark = "*" if kn in chosen else ("<" if s == best else " ")
+            kind = kinds[d.name]
+            mark = "*" if kn in chosen else ("<" if s == best and (kind == "m" or not measured) else " ")
             cells.append(f"{seconds_text(s)} {kind}{mark}")
         style = "bold" if cid in chosen_cands else ""
         rows.append(Row(cid, tuple(cells), style, (cand.kernel.name, cand.output, cells[2],
@@ -326,7 +333,7 @@ def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mappin
                  variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None,
                  short: Mapping[str, str]) -> list[Row]:
     """Every variant tried of candidate ``cand_id`` on each device, fastest verified first: ``*`` launched,
-    ``<`` best; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
+    ``+`` the tuner's pick on its device; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
     rows = []
     for kn in sorted((k for k in times if k.candidate == cand_id), key=lambda k: k.device):
         result = tuning.get(kn)
@@ -338,7 +345,7 @@ def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mappin
             continue
         for t in sorted(result.trials, key=lambda t: (t.status != OK, math.inf if t.seconds is None else t.seconds)):
             best = result.ok and t.variant == result.best
-            mark = "*" if launched == (kn.device, t.variant) else ("<" if best else " ")
+            mark = "*" if launched == (kn.device, t.variant) else ("+" if best else " ")
             reason = t.reason.splitlines()[0] if t.reason else ""
             style = {OK: "bold" if best else "", WRONG: "red", FAILED: "yellow"}[t.status]
             rows.append(Row((kn.device, t.variant), (mark, short.get(kn.device, kn.device), str(t.variant), STATUS[t.status],

@@ -20,6 +20,9 @@ from engine.kernel.kernelize import Kernelization
 from zyx_explorer.model import plural, seconds_text, shape_text
 from zyx_explorer.widgets.text_list import TextList
 
+HEAD_LINES = 5
+"""The head's least height: the class line and a why line of up to four lines."""
+
 
 def kernel_pools(eg: EGraph, extraction: Extraction | None) -> dict[KernelNode, str]:
     """The pool each extracted kernel node writes."""
@@ -86,6 +89,8 @@ class ClassDetail(Vertical):
         self.chosen: set[NodeId] = set()
         self.explanation = ""
         self._pools: tuple[Extraction | None, EGraph | None, dict[KernelNode, str]] = (None, None, {})
+        self._head = (0, HEAD_LINES)
+        """(width, height) of the head: see ``_show_head``."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-head")
@@ -99,6 +104,18 @@ class ClassDetail(Vertical):
     def highlighted_form(self) -> NodeId | None:
         key = self.forms.current_key
         return key[1] if isinstance(key, tuple) and key[0] == "form" else None
+
+    def _show_head(self, head: Text) -> None:
+        """The head grows to fit its text at this width (the why line is never cut) and does not shrink back, so
+        that moving the classes cursor lays nothing out again (a relayout repaints the whole screen)."""
+        static = self.query_one("#detail-head", Static)
+        width = static.content_size.width
+        if width:
+            lines = len(head.wrap(self.app.console, width))
+            if width != self._head[0] or lines > self._head[1]:
+                self._head = (width, max(HEAD_LINES, lines))
+                static.styles.height = self._head[1]
+        static.update(head, layout=False)
 
     def clear(self, message: str) -> None:
         self.egraph, self.cid = None, None
@@ -137,7 +154,7 @@ class ClassDetail(Vertical):
             head.append(f", 📌 pinned to {pins[cid]}", "bold magenta")
         head.append("\n")
         head.append_text(self._why(eg, choices, costs))
-        self.query_one("#detail-head", Static).update(head)  # its height follows the text: the why line is never cut
+        self._show_head(head)
         items: list[tuple[tuple[str, int], Text]] = [
             (("form", n), self._form_text(eg, n, cid, costs, times, kz, roots, pins)) for n in cls.nodes]
         for ch in dict.fromkeys(ch for n in cls.nodes for ch in eg.node(n).children if ch != cid):

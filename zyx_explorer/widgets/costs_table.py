@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from zyx_explorer.widgets.line_table import Column, LineTable
 
-LEGEND = "m measured  p predicted (cost model)  e nominal estimate   * in the plan  < fastest of the row"
+LEGEND = "m measured  p predicted  e estimate   * in the plan  < fastest of the row  ×2 same code, two classes"
 
 
 class CostsTable(LineTable):
