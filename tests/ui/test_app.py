@@ -590,3 +590,43 @@ class TestEveryAction:
             await pilot.press("home")
             await pilot.pause()
             assert scroll.scroll_y == 0
+
+
+class LongNamedDevice(NumpyDevice):
+    """A numpy device named like a PoCL device (60 characters), to hold the short names and their legend."""
+
+    name = "opencl:pthread-skylake-avx512-Intel(R) Xeon(R) Processor"
+
+
+class TestLayout:
+    @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+    async def test_every_pane_fits_the_terminal(self, app_factory, size):
+        from textual.widgets._footer import FooterKey
+
+        from engine.devices import LibraryDevice
+        from tests.ui.conftest import THREADS
+
+        devices = [NumpyDevice(threads=THREADS), LibraryDevice(threads=THREADS), LongNamedDevice(threads=THREADS)]
+        app = app_factory(devices=devices, options=Options(tune=False))
+        width = size[0]
+        async with app.run_test(size=size) as pilot:
+            await compiled(pilot)
+            lines = str(app.query_one(StageBar).render()).splitlines()
+            assert "exec" in lines[0] and "done in" in "".join(lines)  # every stage on the first line
+            assert all(key.region.right <= width for key in app.query(FooterKey))
+            for tab, table in (("3", CostsTable), ("4", PlanTable)):
+                await pilot.press(tab)
+                await pilot.pause()
+                shown = app.query_one(table)
+                assert shown.canvas_width() <= shown.scrollable_content_region.width, tab  # no column cut
+            costs = app.query_one(CostsTable)
+            assert [c.label for c in costs.columns[3:]] == ["numpy", "blas", "cl0"]
+            assert f"cl0 = {LongNamedDevice.name}" in plain(app.query_one("#costs-legend"))
+            await pilot.press("2")
+            app.select_class(_output_class(app))
+            await pilot.pause()
+            head = app.query_one("#detail-head")
+            assert len(plain(head, head.content_size.width).rstrip("\n").splitlines()) <= head.content_size.height
+            table = app.query_one(ClassesTable)
+            if width >= 160:  # wide: the text columns take the room, none is left empty at the right
+                assert table.canvas_width() >= table.scrollable_content_region.width - 1
