@@ -30,7 +30,7 @@ from engine.fileio import write_atomic
 from engine.pipeline import Options, compile_stages
 from engine.plan import Launch
 from engine.tuning import Progress
-from zyx_explorer import model
+from zyx_explorer import model, outputs
 from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.screens.help import HelpScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
@@ -660,21 +660,29 @@ class ExplorerApp(App):
         self._refresh()
 
     def action_export(self) -> None:
-        """Export the viewed stage to ``<stage>.dot`` and ``<stage>.svg`` in the screenshot directory."""
+        """Export the viewed stage (``<stage>.dot`` and ``.svg``) into the program's folder (``outputs``)."""
         if self.session.compilation is not None:
             self._export()
 
+    @property
+    def output_dir(self) -> Path:
+        """The folder of this program's exports and screenshots, under ``screenshot_dir``."""
+        return outputs.program_dir(self.screenshot_dir, self.program.name or self.source.stem)
+
     @work(thread=True, group="export", exit_on_error=False)
     def _export(self) -> None:
-        c, stage = self.session.current(), self.viewed
+        c, stage, folder = self.session.current(), self.viewed, self.output_dir
         result = ExportResult()
         try:
-            paths = export_stage(c, stage, self.screenshot_dir, "svg", result=result)
+            folder.mkdir(parents=True, exist_ok=True)
+            stem = outputs.free_stem(folder, stage, (".dot", ".svg"))
+            paths = export_stage(c, stage, folder, "svg", result=result, stem=stem)
         except Exception as e:  # rendering problems are shown, never raised
             self.call_from_thread(self.notify, f"{type(e).__name__}: {e}", title="Export failed", severity="error")
             return
-        notes = "; ".join(result.notes)
-        message = ("wrote " + ", ".join(map(str, paths)) if paths else "nothing written") + (f" ({notes})" if notes else "")
+        notes = result.notes + ([f"{stage}.svg exists: kept, this export is {stem}"] if stem != stage else [])
+        message = (f"wrote {', '.join(p.name for p in paths)} in {folder}" if paths else "nothing written") + (
+            f" ({'; '.join(notes)})" if notes else "")
         self.call_from_thread(self.notify, message, title="Export", severity="information" if paths else "warning")
 
     @property
@@ -705,13 +713,13 @@ class ExplorerApp(App):
         yield from (c for c in super().get_system_commands(screen) if c.title not in ours)
 
     def action_screenshot_svg(self) -> None:
-        """Save an SVG screenshot of the screen as it is."""
-        name = self.program.name or self.source.stem
-        target = self.screenshot_dir / f"zyx-explore-{name}-{self._active_tab()}.svg"
+        """Save an SVG screenshot of the screen as it is, in the program's folder, never over an earlier one."""
+        folder = self.output_dir
         try:
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / f"{outputs.free_stem(folder, f'screenshot-{self._active_tab()}-{self.viewed}', ('.svg',))}.svg"
             write_atomic(target, self.export_screenshot())
         except OSError as e:
-            self.notify(f"cannot write {target}: {e}", title="Screenshot", severity="error")
+            self.notify(f"cannot write in {folder}: {e}", title="Screenshot", severity="error")
             return
         self.notify(f"saved {target}", title="Screenshot")
-

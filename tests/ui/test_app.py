@@ -373,27 +373,39 @@ class TestAppBindings:
             await pilot.pause()
             assert app._active_tab() == "plan"
 
-    async def test_ctrl_s_saves_an_svg_screenshot(self, app_factory, tmp_path):
+    async def test_ctrl_s_saves_an_svg_screenshot_never_over_an_earlier_one(self, app_factory, tmp_path):
         app = app_factory("softmax.small")
         async with app.run_test(size=(100, 30)) as pilot:
             await compiled(pilot)
-            await pilot.press("2", "ctrl+s")
+            await pilot.press("2", "ctrl+s", "ctrl+s")
             await pilot.pause()
-        shots = list(tmp_path.glob("*.svg"))
-        assert [s.name for s in shots] == ["zyx-explore-softmax-classes.svg"]
-        assert shots[0].read_text().startswith("<svg")
+        folder = tmp_path / "zyx-explore-softmax"
+        shots = sorted(folder.glob("*.svg"))
+        assert [s.name for s in shots] == ["screenshot-classes-executed-2.svg", "screenshot-classes-executed.svg"]
+        assert all(s.read_text().startswith("<svg") for s in shots)
 
-    async def test_e_exports_the_viewed_stage(self, app_factory, tmp_path):
-        app = app_factory()
-        async with app.run_test(size=SIZE) as pilot:
+    async def test_e_exports_the_viewed_stage_into_the_programs_folder_without_overwriting(self, app_factory, tmp_path):
+        first, second = app_factory(), app_factory("softmax.small")
+        async with first.run_test(size=SIZE) as pilot:
             await compiled(pilot)
             await pilot.press("2", "left_square_bracket", "e")  # the plan stage
-            await app.workers.wait_for_complete()
+            await first.workers.wait_for_complete()
+            await pilot.press("e")  # again: plan-2, the first kept
+            await first.workers.wait_for_complete()
             await pilot.pause()
-            assert app.viewed == "plan"
-            assert [n.severity for n in app._notifications if n.title == "Export"] == ["information"]
-        assert (tmp_path / "plan.dot").read_text().startswith("digraph")
-        assert (tmp_path / "plan.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+            assert first.viewed == "plan"
+            exports = [n for n in first._notifications if n.title == "Export"]
+            assert [n.severity for n in exports] == ["information"] * 2
+            assert "plan.svg exists: kept, this export is plan-2" in exports[1].message
+        async with second.run_test(size=SIZE) as pilot:  # another sample, same directory: its own folder
+            await compiled(pilot)
+            await pilot.press("e")
+            await second.workers.wait_for_complete()
+        mlp, softmax = tmp_path / "zyx-explore-mlp", tmp_path / "zyx-explore-softmax"
+        assert sorted(p.name for p in mlp.iterdir()) == ["plan-2.dot", "plan-2.svg", "plan.dot", "plan.svg"]
+        assert sorted(p.name for p in softmax.iterdir()) == ["executed.dot", "executed.svg"]
+        assert (mlp / "plan.dot").read_text().startswith("digraph")
+        assert (mlp / "plan.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
 
     async def test_q_quits(self, app_factory):
         app = app_factory("sum.small")
