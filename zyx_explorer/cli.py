@@ -202,7 +202,40 @@ def summary(program: Program, source: Path) -> list[Table | str]:
     return [head, inputs, outputs, ops, totals]
 
 
+def foreign_summary(fg) -> list[Table | str]:
+    """The renderables ``check`` prints for an egraph-serialize file: sizes, roots, ops, costs."""
+    title = f"[bold]{fg.source}[/bold]: an egraph-serialize e-graph"
+    roots = ", ".join(fg.root_name(r) for r in fg.roots)
+    ops = Table("op", "nodes", title="Ops", title_justify="left")
+    for op, count in Counter(n.op for n in fg.nodes.values()).most_common(12):
+        ops.add_row(op, str(count))
+    costs = [n.cost for n in fg.nodes.values()]
+    subsumed = sum(n.subsumed for n in fg.nodes.values())
+    totals = (f"{units.plural(len(fg.nodes), 'node')} in {units.plural(len(fg.classes), 'class', 'classes')}, "
+              f"roots ({fg.roots_from}): {roots or 'none'}; node costs {min(costs, default=0):g} to "
+              f"{max(costs, default=0):g}" + (f"; {subsumed} subsumed" if subsumed else ""))
+    return [title, ops, totals]
+
+
+def _check_foreign(args: argparse.Namespace, console: Console) -> int:
+    """``check`` on an egraph-serialize file: parse it (a located message on error) and summarise it."""
+    from engine.interop import load_serialized
+
+    if args.semantic:
+        raise GraphError("--semantic checks a graph.json program's rewrites; this is an egraph-serialize e-graph "
+                         "(zyx-explore extract FILE runs the extractors on it)", source=str(args.file))
+    for item in foreign_summary(load_serialized(args.file)):
+        console.print(item)
+    console.print(f"[green]ok[/green]: {args.file} is a valid egraph-serialize e-graph "
+                  "(zyx-explore FILE opens it, zyx-explore extract FILE runs the extractors)")
+    return 0
+
+
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
+    from engine.interop import detect
+
+    if detect(args.file) == "egraph-serialize":
+        return _check_foreign(args, console)
     program = load(args.file)
     for item in summary(program, args.file):
         console.print(item)
