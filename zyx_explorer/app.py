@@ -400,7 +400,10 @@ class ExplorerApp(App):
         times = {k.device: t for k, t in self.session.kernel_times(self.viewed).items() if k.candidate == self.kernel}
         theme = "monokai" if self.current_theme.dark else "default"
         launched = self._launched(self.kernel) if self.kernel else None
-        self.query_one(SourceView).show(self.kernel, cand, times, theme, self.variant or launched, launched)
+        c = self.session.compilation
+        devices = {d.name: d for d in c.devices} if c is not None else {}
+        self.query_one(SourceView).show(self.kernel, cand, times, theme, self.variant or launched, launched, devices,
+                                        self.session.short())
 
     def show_kernel(self, cand_id: str, variant: tuple[str, Variant] | None = None) -> None:
         """Show candidate ``cand_id`` in the source pane (``variant``: which one; None: the launched one)."""
