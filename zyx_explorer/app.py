@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,9 +27,10 @@ from engine.devices.base import Variant
 from engine.egraph.egraph import ClassId, EGraph
 from engine.export import ExportResult, export_stage
 from engine.fileio import write_atomic
+from engine.kernel.attach import KernelNode
 from engine.pipeline import Options, compile_stages
 from engine.plan import Launch
-from engine.tuning import Progress
+from engine.tuning import Progress, TuneResult
 from zyx_explorer import model, outputs
 from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.screens.help import HelpScreen
@@ -181,7 +182,14 @@ class ExplorerApp(App):
         self.query_one(TensorDetail).show(first)
         self.query_one(ClassesTable).follow = self._class_highlighted
         self._refresh()
+        self.set_interval(0.5, self._tick)
         self.compile()
+
+    def _tick(self) -> None:
+        """While tuning live, the costs pane follows what the worker has measured (a kernel's result lands after
+        its last progress message)."""
+        if self.live:
+            self._show_costs()
 
     # -- the compilation -------------------------------------------------------------------
 
@@ -226,6 +234,7 @@ class ExplorerApp(App):
         if self.tuning_now:
             self.activity = "stopping the tuner…" if self.tuning_cancelled else message.text
             self._show_stage_bar()
+            self._show_costs()  # live: a kernel the tuner finished shows its measured time at once
 
     @on(StageDone)
     def _stage_done(self, message: StageDone) -> None:
@@ -245,6 +254,9 @@ class ExplorerApp(App):
         c = self.session.compilation
         if c is None:
             return
+        if self.viewed != self.session.done[-1]:
+            self.notify(f"compiled to {self.session.done[-1]}; the panes still show {self.viewed} (] moves on)",
+                        title="Done")
         if self.tuning_cancelled:
             self.notify(f"tuning stopped: {model.plural(len(c.tuning), 'kernel')} timed, the others use predictions", title="Tuning")
         if c.problems:
@@ -317,12 +329,26 @@ class ExplorerApp(App):
         detail.show(eg, self.selected, self.session.extraction(self.viewed), self.session.kernel_times(self.viewed),
                     kz, self.session.pins)
 
+    @property
+    def live(self) -> bool:
+        """Whether the costs pane shows the tuner's results as they come: it is tuning and the user follows."""
+        return self.tuning_now and self.follow
+
+    def _cost_sources(self) -> tuple[Mapping[KernelNode, float], Mapping[KernelNode, TuneResult]]:
+        """Kernel times and tuning results the costs pane shows: those of the viewed stage, or, while ``live``, a
+        copy of what the tuner has measured so far (the rest predicted)."""
+        c = self.session.compilation
+        if self.live and c is not None:
+            return dict(c.kernel_times), dict(c.tuning)
+        return self.session.kernel_times(self.viewed), self.session.tuning(self.viewed)
+
     def _show_costs(self) -> None:
         table, c = self.query_one(CostsTable), self.session.current()
-        times = self.session.kernel_times(self.viewed)
-        extraction, tuning = self.session.extraction(self.viewed), self.session.tuning(self.viewed)
-        estimated = not model.reached(self.viewed, model.TUNED)
-        if not self._changed("costs", c, times, extraction, len(tuning), estimated):
+        times, tuning = self._cost_sources()
+        extraction = self.session.extraction(self.viewed)
+        estimated = not self.live and not model.reached(self.viewed, model.TUNED)
+        if not self._changed("costs", c, tuple(times.values()) if self.live else times, extraction, len(tuning),
+                             estimated):
             return
         if c is None or not times:
             table.set_rows([])
@@ -330,7 +356,9 @@ class ExplorerApp(App):
             short = self.session.short()
             table.for_devices([short[d.name] for d in c.devices])
             legend = units.device_legend(short)
-            self.query_one("#costs-legend", Static).update(LEGEND + (f"\n{legend}" if legend else ""))
+            live = (f"tuning: {model.plural(len(tuning), 'kernel')} measured so far, the others predicted\n"
+                    if self.live else "")
+            self.query_one("#costs-legend", Static).update(live + LEGEND + (f"\n{legend}" if legend else ""))
             table.set_rows(model.cost_rows(c, times, extraction, tuning, estimated))
         self._show_variants()
 
@@ -352,8 +380,8 @@ class ExplorerApp(App):
             table.set_rows([])
             head.update("variants: highlight a kernel above")
             return
-        stage, times = self.viewed, self.session.kernel_times(self.viewed)
-        tuning = self.session.tuning(stage)
+        stage = self.viewed
+        times, tuning = self._cost_sources()
         rows = model.variant_rows(cand_id, times, tuning, lambda kn: self.session.variant(stage, kn),
                                   self._launched(cand_id), self.session.short())
         table.set_rows(rows)

@@ -72,6 +72,16 @@ class TestStages:
             assert "executed ✓" in bar and "done in" in bar
             assert "tuned ✓" in bar
 
+    async def test_an_earlier_stage_viewed_is_said_in_the_bar(self, app_factory):
+        app = app_factory()
+        async with app.run_test(size=(80, 24)) as pilot:
+            await compiled(pilot)
+            await pilot.press("left_square_bracket", "left_square_bracket")
+            bar = str(app.query_one(StageBar).render())
+            assert "▶tuned ✓◀" in bar and "viewing tuned, not the latest (executed): ] moves on" in bar
+            await pilot.press("right_square_bracket", "right_square_bracket")
+            assert "viewing" not in str(app.query_one(StageBar).render())
+
     async def test_brackets_switch_the_stage_and_every_pane_follows(self, app_factory):
         app = app_factory()
         async with app.run_test(size=SIZE) as pilot:
@@ -514,6 +524,13 @@ class TestTuning:
             device.permits.release()
             await _until(pilot, lambda: " on gated 1/1" in str(bar.render()), "the progress line")
             assert str(bar.render()).count("tuning k_") == 1 and "tuned …" in str(bar.render())
+            await _until(pilot, lambda: device.waiting.acquire(blocking=False), "the second kernel build")
+            await pilot.press("3")  # the first kernel's measured time shows while the tuner is still running
+            costs = app.query_one(CostsTable)
+            await _until(pilot, lambda: any(cell[-2] == "m" for r in costs.shown for cell in r.cells[3:]),
+                         "a measured cell while tuning")
+            assert "tuned …" in str(bar.render())
+            assert "1 kernel measured so far" in plain(app.query_one("#costs-legend"))
             assert app.check_action("cancel_tuning", ())
             await pilot.press("c")
             assert "stopping the tuner" in str(bar.render())
