@@ -394,7 +394,7 @@ class ExplorerApp(App):
             text += " (before tuning: default variants, nominal estimates)"
         else:
             text += " (not tuned: the cost model's suggestion)"
-        head.update(text + "   * launched  + tuner's pick on its device   tab: to the variants, enter: its source")
+        head.update(text + "   * launched  + tuner's pick   tab: variants, enter: source")
 
     def _show_plan(self) -> None:
         plan = self.session.plan(self.viewed)

@@ -17,5 +17,5 @@ class CostsTable(LineTable):
 
     def for_devices(self, names: Sequence[str]) -> None:
         """``names``: the devices' short names (``units.short_devices``)."""
-        self.columns = [Column("kernel", 10), Column("class", 6), Column("root form", 10, flex=True),
+        self.columns = [Column("kernel", 10), Column("class", 6), Column("root form", 14),
                         *(Column(n, max(10, len(n)), right=True) for n in names)]
