@@ -62,8 +62,6 @@ def node_label(eg: EGraph, n: NodeId) -> str:
         text = text[: len(text) - len(", ".join(f"c{c}" for c in node.children)) - 2]
     if node.op in ATTACHED_OPS:
         text = f"{node.op}[{node.param}]"
-        kind, _, device = text.partition(" on ")
-        text = f"{kind} on {view.short_device(device.rstrip(']'))}]" if device else text
     return text.replace("\\", "\\\\")
 
 

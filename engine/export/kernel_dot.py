@@ -116,7 +116,8 @@ def _draw_kernel(g: graphviz.Digraph, c: Compilation, i: int, cand: Candidate, r
     eg = c.egraph
     assert eg is not None
     library = [d for d in times if d in view.LIBRARY_DEVICES]
-    rows = [f"{'✓ ' if d == device else ''}{view.short_device(d)}: {t}" for d, t in sorted(times.items())]
+    short = units.short_devices(d.name for d in c.devices)
+    rows = [f"{'✓ ' if d == device else ''}{short.get(d, d)}: {t}" for d, t in sorted(times.items())]
     label = "\\n".join([f"{cand.kernel.name} → c{cand.output}", *rows] + ([f"{units.plural(len(r.forms), 'op')} fused"] if collapse
                                                                              else []))
     fill = view.CHOSEN_FILL if device else (view.LIBRARY_FILL if library else "#ffffff")

@@ -58,12 +58,14 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str, exe
     pool_ids = {p: k for k, p in enumerate(pools)}
     drawn: set[Value] = set()
 
+    short = units.short_devices(d.name for d in c.devices)
+
     def value(v: Value) -> str:
         node = f"v{v[0]}_{pool_ids[v[1]]}"
         if v not in drawn:
             drawn.add(v)
             cls = eg.eclass(v[0])
-            text = f"c{v[0]} {units.shape(cls.shape)} {cls.dtype}\\nin {view.short_device(v[1])}"
+            text = f"c{v[0]} {units.shape(cls.shape)} {cls.dtype}\\nin {short.get(v[1], v[1])}"
             outs = [o for o, ov in plan.outputs.items() if ov == v]
             text += "".join(f"\\noutput {o}" for o in outs) + ("\\n" + " · ".join(life[v]) if v in life else "")
             fill, line = pools.get(v[1], (view.HOST_FILL, view.HOST_LINE))
@@ -78,7 +80,7 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str, exe
         if isinstance(s, Launch):
             fill, line = devices.get(s.device, (view.HOST_FILL, view.HOST_LINE))
             library = s.device in view.LIBRARY_DEVICES
-            g.node(f"s{i}", f"#{i} launch {s.kernel.name}\\non {view.short_device(s.device)}\\n{cost}",
+            g.node(f"s{i}", f"#{i} launch {s.kernel.name}\\non {short.get(s.device, s.device)}\\n{cost}",
                    shape="box3d", style="filled,bold" if library else "filled", fillcolor=fill, color=line,
                    id=f"step{i}", step="launch")
             for v in s.inputs:
@@ -104,9 +106,12 @@ def _values(step: Allocate | Copy | Launch | Free) -> list[Value]:
 
 
 def _legend(g: graphviz.Digraph, c: Compilation, devices: dict[str, tuple[str, str]]) -> None:
+    """Each device's colour, short name (``cl0``) and full name: the labels above use the short ones."""
+    short = units.short_devices(d.name for d in c.devices)
     with g.subgraph(name="cluster_legend") as sub:
         sub.attr(label="devices", style="dashed", color="#999999", fontsize="10")
         for k, d in enumerate(c.devices):
             fill, line = devices[d.name]
-            sub.node(f"legend{k}", f"{view.short_device(d.name)}\\npool {view.short_device(d.pool)}", shape="box",
+            name = d.name if short[d.name] == d.name else f"{short[d.name]} = {d.name}"  # the one full name
+            sub.node(f"legend{k}", f"{name}\\npool {short.get(d.pool, d.pool)}", shape="box",
                      style="filled", fillcolor=fill, color=line, fontsize="9")

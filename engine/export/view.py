@@ -55,12 +55,6 @@ def limit_layout(g: graphviz.Digraph, drawn: int) -> None:
         g.attr(**FAST_LAYOUT)
 
 
-def short_device(name: str) -> str:
-    """``opencl:pthread-skylake-...`` -> ``opencl:pthread-skylake``: device names can be long."""
-    kind, _, rest = name.partition(":")
-    return name if not rest else f"{kind}:{'-'.join(rest.split('-')[:2])[:24]}"
-
-
 def palette(devices: Sequence[tuple[str, str]]) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:
     """(fill, line) colours per device name and per memory pool, from (name, pool) pairs: each device its own
     colour, a device pool that of its first device, the host pool grey."""

@@ -103,9 +103,10 @@ def test_tuned_marks_measured_and_predicted_times_and_kernelized_shows_estimates
     tuned = parse(stage_graph(c, "tuned").graph.source)
     labels = {a["kernel"]: a["label"] for a in tuned.nodes.values() if "kernel" in a}
     assert c.tuning
+    short = units.short_devices(d.name for d in c.devices)
     for kn, t in c.kernel_times.items():
         mark = "measured" if kn in c.tuning else "predicted"  # candidates no plan took stay untimed
-        assert f"{view.short_device(kn.device)}: {units.seconds(t)} {mark}" in labels[kn.candidate]
+        assert f"{short[kn.device]}: {units.seconds(t)} {mark}" in labels[kn.candidate]
     kernelized = parse(stage_graph(c, "kernelized").graph.source)
     assert not any("measured" in a.get("label", "") for a in kernelized.nodes.values())
     kn, estimate = next(iter(c.estimates.items()))
@@ -144,6 +145,10 @@ def test_plan_copies_to_an_opencl_pool():
     pipeline.extract(c, Pins().device(c.egraph, output, gpu.name))
     dot = _check_plan(c)
     assert any(isinstance(s, Copy) for s in c.plan.steps)
+    source = stage_graph(c, "plan").graph.source
+    short = units.short_devices(d.name for d in devices)
+    assert f"on {short[gpu.name]}" in source and f"{short[gpu.name]} = {gpu.name}" in source  # once, in the legend
+    assert source.count(gpu.name) == 1 + source.count(f"pool {gpu.name}")
     pool_index = {p: k for k, p in enumerate(view.palette([(d.name, d.pool) for d in devices])[1])}
     for s in c.plan.steps:
         if isinstance(s, Copy):
