@@ -284,7 +284,7 @@ def saturation_summary(result: Saturation, rules: int, fast_math: bool) -> list[
     stats.add_row("iterations", f"{len(result.iterations)} (limit {limits.iterations})")
     stats.add_row("e-nodes", f"{nodes0} -> {eg.num_nodes} (limit {limits.nodes})")
     stats.add_row("e-classes", f"{classes0} -> {eg.num_classes}")
-    stats.add_row("time", f"{result.seconds:.3f} s (limit {limits.seconds:g} s)")
+    stats.add_row("time", f"{units.seconds(result.seconds)} (limit {units.seconds(limits.seconds)})")
     stats.add_row("rules", f"{rules} ({'exact + fast-math' if fast_math else 'exact only'})")
     merges = result.merges_by_rule()
     congruences = sum(it.congruences for it in result.iterations)
@@ -326,7 +326,7 @@ def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_mat
         f"[bold]Semantic check[/bold] ({how}): {report.forms} forms of {report.classes} classes compared, "
         f"{len(report.skipped)} skipped"
         + (" (too large to materialise, or children without a value)" if report.skipped else "")
-        + f", {seconds:.2f} s",
+        + f", {units.seconds(seconds)}",
     ]
     if report.ok:
         items.append(f"[green]ok[/green]: every form agrees with its class ({report.forms} forms)")
