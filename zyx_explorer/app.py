@@ -354,12 +354,13 @@ class ExplorerApp(App):
             table.set_rows([])
         else:
             short = self.session.short()
-            table.for_devices([short[d.name] for d in c.devices])
+            rows = model.cost_rows(c, times, extraction, tuning, estimated)
+            table.for_devices([short[d.name] for d in c.devices], max((len(r.cells[0]) for r in rows), default=0))
             legend = units.device_legend(short)
             live = (f"tuning: {model.plural(len(tuning), 'kernel')} measured so far, the others predicted\n"
                     if self.live else "")
             self.query_one("#costs-legend", Static).update(live + LEGEND + (f"\n{legend}" if legend else ""))
-            table.set_rows(model.cost_rows(c, times, extraction, tuning, estimated))
+            table.set_rows(rows)
         self._show_variants()
 
     def _launched(self, cand_id: str) -> tuple[str, Variant] | None:

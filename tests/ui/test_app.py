@@ -662,3 +662,30 @@ class TestLayout:
             table = app.query_one(ClassesTable)
             if width >= 160:  # wide: the text columns take the room, none is left empty at the right
                 assert table.canvas_width() >= table.scrollable_content_region.width - 1
+
+
+class TestCostsMarks:
+    def test_a_prediction_never_beats_a_timing_for_the_fastest_mark(self):
+        import engine
+        import sample_graphs
+        from engine.devices import LibraryDevice
+        from engine.pipeline import compile_program
+
+        c = compile_program(engine.load(sample_graphs.path("mlp.small")),
+                            [NumpyDevice(threads=2), LibraryDevice(threads=2)], Options(tune_cache=False, execute=False))
+        measured, predicted = next((kn, other) for kn in c.tuning if c.tuning[kn].ok for other in c.kernel_times
+                                   if other.candidate == kn.candidate and other.device != kn.device)
+        tuning = {measured: c.tuning[measured]}  # the other device's time counts as a prediction
+        times = {**c.kernel_times, predicted: c.kernel_times[measured] / 10}  # and looks 10x faster
+        row = next(r for r in model.cost_rows(c, times, None, tuning) if r.key == measured.candidate)
+        cells = dict(zip((d.name for d in c.devices), row.cells[3:]))
+        assert cells[measured.device].endswith("m<") and cells[predicted.device].endswith("p ")
+
+    async def test_one_kernel_for_two_classes_is_marked_and_not_cut(self, app_factory):
+        app = app_factory("attention.small", options=Options(tune=False))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await compiled(pilot)
+            await pilot.press("3")
+            costs = app.query_one(CostsTable)
+            assert any(" ×2" in r.cells[0] for r in costs.shown)
+            assert all(len(r.cells[0]) <= costs.columns[0].width for r in costs.shown)

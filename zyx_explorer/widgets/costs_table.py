@@ -15,7 +15,8 @@ class CostsTable(LineTable):
     def __init__(self, **kwargs) -> None:
         super().__init__([], **kwargs)
 
-    def for_devices(self, names: Sequence[str]) -> None:
-        """``names``: the devices' short names (``units.short_devices``)."""
-        self.columns = [Column("kernel", 10), Column("class", 6), Column("root form", 14),
+    def for_devices(self, names: Sequence[str], kernel_width: int = 10) -> None:
+        """``names``: the devices' short names (``units.short_devices``); ``kernel_width``: the longest kernel cell
+        (``k_1a2b3c4d ×2`` when one kernel computes two classes)."""
+        self.columns = [Column("kernel", max(10, kernel_width)), Column("class", 6), Column("root form", 14),
                         *(Column(n, max(10, len(n)), right=True) for n in names)]
