@@ -173,6 +173,7 @@ class ExplorerApp(App):
         yield Footer()
 
     def on_resize(self, event: events.Resize) -> None:
+        """A compact footer on a narrow terminal, so that its keys fit 80 columns."""
         self.query_one(Footer).compact = event.size.width < NARROW
 
     def on_mount(self) -> None:
