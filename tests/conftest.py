@@ -1,6 +1,19 @@
 """Fixtures of every test."""
 
+import tempfile
+from pathlib import Path
+
 import pytest
+
+SNAPSHOT_REPORT = "snapshot_report.html"
+"""pytest-textual-snapshot's default report path, relative to the working directory (the checkout)."""
+
+
+def pytest_configure(config):
+    """A failing snapshot's HTML report goes to the temp dir, not into the checkout (``git status`` stays clean);
+    ``--snapshot-report PATH`` still picks another place."""
+    if getattr(config.option, "snapshot_report", None) == SNAPSHOT_REPORT:
+        config.option.snapshot_report = str(Path(tempfile.gettempdir()) / "zyx-explore-snapshot-report.html")
 
 
 @pytest.fixture(autouse=True)

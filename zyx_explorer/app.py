@@ -9,27 +9,29 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
-from textual import on, work
-from textual.app import App, ComposeResult
+from textual import events, on, work
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from engine import Program
+from engine import Program, units
 from engine.devices import Device, discover
 from engine.devices.base import Variant
 from engine.egraph.egraph import ClassId, EGraph
 from engine.export import ExportResult, export_stage
 from engine.fileio import write_atomic
+from engine.kernel.attach import KernelNode
 from engine.pipeline import Options, compile_stages
 from engine.plan import Launch
-from engine.tuning import Progress
-from zyx_explorer import model
+from engine.tuning import Progress, TuneResult
+from zyx_explorer import model, outputs
 from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.screens.help import HelpScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
@@ -49,6 +51,10 @@ TABS = ("program", "classes", "costs", "plan", "source", "rewrites", "results")
 TABLES = {"program": "#program-table", "classes": "#classes", "costs": "#costs", "plan": "#plan", "rewrites": "#rewrites"}
 FOCUS = {**TABLES, "source": "#source-scroll", "results": "#results-scroll"}
 """What each tab focuses when shown (a widget outside it must not keep the focus: the tab would switch back)."""
+STAGE, ITERATION = Binding.Group("Stage", compact=True), Binding.Group("Iteration", compact=True)
+"""Key pairs shown as one footer entry (``[]`` Stage), so that the footer fits 80 columns."""
+NARROW = 120
+"""Below this many columns the footer is compact."""
 
 
 class StageDone(Message):
@@ -79,26 +85,33 @@ class ExplorerApp(App):
     TITLE = "zyx-explore"
     COMMANDS = App.COMMANDS | {ExplorerCommands}
     BINDINGS: ClassVar = [
-        Binding("q", "quit", "Quit", id="quit"),
-        Binding("question_mark", "help", "Help", id="help"),
-        *(Binding(str(i + 1), f"tab('{t}')", t.capitalize(), show=False, id=f"tab-{t}") for i, t in enumerate(TABS)),
-        Binding("left_square_bracket", "stage(-1)", "Stage-", id="stage-prev"),
-        Binding("right_square_bracket", "stage(1)", "Stage+", id="stage-next"),
-        Binding("comma", "iteration(-1)", "Iter-", id="iteration-prev"),
-        Binding("full_stop", "iteration(1)", "Iter+", id="iteration-next"),
-        Binding("slash", "filter", "Filter", id="filter"),
-        Binding("s", "sort", "Sort", id="sort"),
-        Binding("backspace", "back", "Back", id="back"),
-        Binding("m", "mark", "Mark", show=False, id="mark"),
-        Binding("x", "explain", "Explain", show=False, id="explain"),
-        Binding("p", "pin", "Pin", id="pin"),
-        Binding("d", "pin_device", "Pin device", show=False, id="pin-device"),
-        Binding("u", "unpin", "Unpin", id="unpin"),
-        Binding("e", "export", "Export", show=False, id="export"),
-        Binding("ctrl+s", "screenshot_svg", "Screenshot", id="screenshot"),
-        Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning"),
-        Binding("escape", "close_filter", "Close filter", show=False, id="close-filter"),
+        Binding("q", "quit", "Quit", id="quit", tooltip="Quit"),
+        Binding("question_mark", "help", "Help", id="help", tooltip="Help: every key and pane"),
+        *(Binding(str(i + 1), f"tab('{t}')", t.capitalize(), show=False, id=f"tab-{t}", tooltip=f"Show {t}")
+          for i, t in enumerate(TABS)),
+        Binding("left_square_bracket", "stage(-1)", "Stage-", id="stage-prev", tooltip="Previous stage", group=STAGE),
+        Binding("right_square_bracket", "stage(1)", "Stage+", id="stage-next", tooltip="Next stage", group=STAGE),
+        Binding("comma", "iteration(-1)", "Iter-", id="iteration-prev", tooltip="Previous saturation iteration",
+                group=ITERATION),
+        Binding("full_stop", "iteration(1)", "Iter+", id="iteration-next", tooltip="Next saturation iteration",
+                group=ITERATION),
+        Binding("slash", "filter", "Filter", id="filter", tooltip="Filter the table"),
+        Binding("s", "sort", "Sort", id="sort", tooltip="Sort the table (next column)"),
+        Binding("backspace", "back", "Back", id="back", tooltip="Back to the previous class"),
+        Binding("m", "mark", "Mark", show=False, id="mark", tooltip="Mark the highlighted form"),
+        Binding("x", "explain", "Explain", show=False, id="explain",
+                tooltip="Explain the highlighted form against the marked (or chosen) one"),
+        Binding("p", "pin", "Pin", id="pin", tooltip="Pin the class to the highlighted form (what-if)"),
+        Binding("d", "pin_device", "Pin device", show=False, id="pin-device",
+                tooltip="Pin the class to the highlighted kernel's device (what-if)"),
+        Binding("u", "unpin", "Unpin", show=False, id="unpin", tooltip="Unpin the class"),
+        Binding("e", "export", "Export", show=False, id="export", tooltip="Export the stage (Graphviz DOT + SVG)"),
+        Binding("ctrl+s", "screenshot_svg", "Screenshot", show=False, id="screenshot", tooltip="Save a screenshot (SVG)"),
+        Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning",
+                tooltip="Stop tuning (the plan uses what was timed)"),
+        Binding("escape", "close_filter", "Close filter", show=False, id="close-filter", tooltip="Close the filter"),
     ]
+    """Every key; ``tooltip`` is its long name, which the help screen and the command palette show."""
 
     def __init__(self, program: Program, source: Path, screenshot_dir: Path | None = None,
                  devices: list[Device] | None = None, options: Options | None = None) -> None:
@@ -159,14 +172,25 @@ class ExplorerApp(App):
         yield Input(placeholder="filter: c12  add  [8, 32]  blas  ~fuzzy   (enter: keep, escape: clear)", id="filter")
         yield Footer()
 
+    def on_resize(self, event: events.Resize) -> None:
+        """A compact footer on a narrow terminal, so that its keys fit 80 columns."""
+        self.query_one(Footer).compact = event.size.width < NARROW
+
     def on_mount(self) -> None:
         name = self.program.name or self.source.name
-        self.sub_title = f"{name}: {len(self.program.nodes)} nodes, {len(self.prims.nodes)} primitives"
+        self.sub_title = f"{name}: {model.plural(len(self.program.nodes), 'node')}, {model.plural(len(self.prims.nodes), 'primitive')}"
         first = self.program.inputs[0].name if self.program.inputs else self.program.nodes[0].id
         self.query_one(TensorDetail).show(first)
         self.query_one(ClassesTable).follow = self._class_highlighted
         self._refresh()
+        self.set_interval(0.5, self._tick)
         self.compile()
+
+    def _tick(self) -> None:
+        """While tuning live, the costs pane follows what the worker has measured (a kernel's result lands after
+        its last progress message)."""
+        if self.live:
+            self._show_costs()
 
     # -- the compilation -------------------------------------------------------------------
 
@@ -203,7 +227,7 @@ class ExplorerApp(App):
         c = self.session.compilation
         kz = c.kernelization if c is not None else None
         names = {cand.kernel.key: cand.kernel.name for cand in kz.candidates.values()} if kz is not None else {}
-        self.post_message(TuneProgress(f"tuning {names.get(p.kernel, p.kernel[:10])} on {p.device[:24]} "
+        self.post_message(TuneProgress(f"tuning {names.get(p.kernel, p.kernel[:10])} on {self.session.short().get(p.device, p.device)} "
                                        f"{p.done}/{p.total}  (c stops)"))
 
     @on(TuneProgress)
@@ -211,6 +235,7 @@ class ExplorerApp(App):
         if self.tuning_now:
             self.activity = "stopping the tuner…" if self.tuning_cancelled else message.text
             self._show_stage_bar()
+            self._show_costs()  # live: a kernel the tuner finished shows its measured time at once
 
     @on(StageDone)
     def _stage_done(self, message: StageDone) -> None:
@@ -230,10 +255,13 @@ class ExplorerApp(App):
         c = self.session.compilation
         if c is None:
             return
+        if self.viewed != self.session.done[-1]:
+            self.notify(f"compiled to {self.session.done[-1]}; the panes still show {self.viewed} (] moves on)",
+                        title="Done")
         if self.tuning_cancelled:
-            self.notify(f"tuning stopped: {len(c.tuning)} kernels timed, the others use predictions", title="Tuning")
+            self.notify(f"tuning stopped: {model.plural(len(c.tuning), 'kernel')} timed, the others use predictions", title="Tuning")
         if c.problems:
-            self.notify("\n".join(c.problems), title=f"{len(c.problems)} problems worked around", severity="warning",
+            self.notify("\n".join(c.problems), title=f"{model.plural(len(c.problems), 'problem')} worked around", severity="warning",
                         timeout=10)
 
     @on(CompileFailed)
@@ -302,18 +330,38 @@ class ExplorerApp(App):
         detail.show(eg, self.selected, self.session.extraction(self.viewed), self.session.kernel_times(self.viewed),
                     kz, self.session.pins)
 
+    @property
+    def live(self) -> bool:
+        """Whether the costs pane shows the tuner's results as they come: it is tuning and the user follows."""
+        return self.tuning_now and self.follow
+
+    def _cost_sources(self) -> tuple[Mapping[KernelNode, float], Mapping[KernelNode, TuneResult]]:
+        """Kernel times and tuning results the costs pane shows: those of the viewed stage, or, while ``live``, a
+        copy of what the tuner has measured so far (the rest predicted)."""
+        c = self.session.compilation
+        if self.live and c is not None:
+            return dict(c.kernel_times), dict(c.tuning)
+        return self.session.kernel_times(self.viewed), self.session.tuning(self.viewed)
+
     def _show_costs(self) -> None:
         table, c = self.query_one(CostsTable), self.session.current()
-        times = self.session.kernel_times(self.viewed)
-        extraction, tuning = self.session.extraction(self.viewed), self.session.tuning(self.viewed)
-        estimated = not model.reached(self.viewed, model.TUNED)
-        if not self._changed("costs", c, times, extraction, len(tuning), estimated):
+        times, tuning = self._cost_sources()
+        extraction = self.session.extraction(self.viewed)
+        estimated = not self.live and not model.reached(self.viewed, model.TUNED)
+        if not self._changed("costs", c, tuple(times.values()) if self.live else times, extraction, len(tuning),
+                             estimated):
             return
         if c is None or not times:
             table.set_rows([])
         else:
-            table.for_devices([d.name for d in c.devices])
-            table.set_rows(model.cost_rows(c, times, extraction, tuning, estimated))
+            short = self.session.short()
+            rows = model.cost_rows(c, times, extraction, tuning, estimated)
+            table.for_devices([short[d.name] for d in c.devices], max((len(r.cells[0]) for r in rows), default=0))
+            legend = units.device_legend(short)
+            live = (f"tuning: {model.plural(len(tuning), 'kernel')} measured so far, the others predicted\n"
+                    if self.live else "")
+            self.query_one("#costs-legend", Static).update(live + LEGEND + (f"\n{legend}" if legend else ""))
+            table.set_rows(rows)
         self._show_variants()
 
     def _launched(self, cand_id: str) -> tuple[str, Variant] | None:
@@ -334,20 +382,21 @@ class ExplorerApp(App):
             table.set_rows([])
             head.update("variants: highlight a kernel above")
             return
-        stage, times = self.viewed, self.session.kernel_times(self.viewed)
-        tuning = self.session.tuning(stage)
+        stage = self.viewed
+        times, tuning = self._cost_sources()
         rows = model.variant_rows(cand_id, times, tuning, lambda kn: self.session.variant(stage, kn),
-                                  self._launched(cand_id))
+                                  self._launched(cand_id), self.session.short())
         table.set_rows(rows)
         tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
-        text = f"variants of {cand.kernel.name}: {len(rows)} on {len({r.key[0] for r in rows})} devices"
+        text = f"variants of {cand.kernel.name}: {len(rows)} on {model.plural(len({r.key[0] for r in rows}), 'device')}"
         if tuned:
-            text += " (" + ", ".join(f"{r.device} cache {r.cache}" for r in tuned) + ")"
+            short = self.session.short()
+            text += " (" + ", ".join(f"{short.get(r.device, r.device)} cache {r.cache}" for r in tuned) + ")"
         elif not model.reached(stage, model.TUNED):
             text += " (before tuning: default variants, nominal estimates)"
         else:
             text += " (not tuned: the cost model's suggestion)"
-        head.update(text + "   tab: to the variants, enter: its OpenCL C")
+        head.update(text + "   * launched  + tuner's pick   tab: variants, enter: source")
 
     def _show_plan(self) -> None:
         plan = self.session.plan(self.viewed)
@@ -359,8 +408,8 @@ class ExplorerApp(App):
             return
         measured = c.execution.step_times if c.execution is not None and model.reached(self.viewed, "executed") else None
         if self._changed("plan", plan, measured):
-            self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured))
-        text = (f"{len(plan.steps)} steps, {len(plan.launches())} launches; predicted {model.seconds_text(plan.predicted)}"
+            self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured, self.session.short()))
+        text = (f"{model.plural(len(plan.steps), 'step')}, {model.plural(len(plan.launches()), 'launch', 'launches')}; predicted {model.seconds_text(plan.predicted)}"
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")
         if self.session.pins:
@@ -381,7 +430,10 @@ class ExplorerApp(App):
         times = {k.device: t for k, t in self.session.kernel_times(self.viewed).items() if k.candidate == self.kernel}
         theme = "monokai" if self.current_theme.dark else "default"
         launched = self._launched(self.kernel) if self.kernel else None
-        self.query_one(SourceView).show(self.kernel, cand, times, theme, self.variant or launched, launched)
+        c = self.session.compilation
+        devices = {d.name: d for d in c.devices} if c is not None else {}
+        self.query_one(SourceView).show(self.kernel, cand, times, theme, self.variant or launched, launched, devices,
+                                        self.session.short())
 
     def show_kernel(self, cand_id: str, variant: tuple[str, Variant] | None = None) -> None:
         """Show candidate ``cand_id`` in the source pane (``variant``: which one; None: the launched one)."""
@@ -641,21 +693,29 @@ class ExplorerApp(App):
         self._refresh()
 
     def action_export(self) -> None:
-        """Export the viewed stage to ``<stage>.dot`` and ``<stage>.svg`` in the screenshot directory."""
+        """Export the viewed stage (``<stage>.dot`` and ``.svg``) into the program's folder (``outputs``)."""
         if self.session.compilation is not None:
             self._export()
 
+    @property
+    def output_dir(self) -> Path:
+        """The folder of this program's exports and screenshots, under ``screenshot_dir``."""
+        return outputs.program_dir(self.screenshot_dir, self.program.name or self.source.stem)
+
     @work(thread=True, group="export", exit_on_error=False)
     def _export(self) -> None:
-        c, stage = self.session.current(), self.viewed
+        c, stage, folder = self.session.current(), self.viewed, self.output_dir
         result = ExportResult()
         try:
-            paths = export_stage(c, stage, self.screenshot_dir, "svg", result=result)
+            folder.mkdir(parents=True, exist_ok=True)
+            stem = outputs.free_stem(folder, stage, (".dot", ".svg"))
+            paths = export_stage(c, stage, folder, "svg", result=result, stem=stem)
         except Exception as e:  # rendering problems are shown, never raised
             self.call_from_thread(self.notify, f"{type(e).__name__}: {e}", title="Export failed", severity="error")
             return
-        notes = "; ".join(result.notes)
-        message = ("wrote " + ", ".join(map(str, paths)) if paths else "nothing written") + (f" ({notes})" if notes else "")
+        notes = result.notes + ([f"{stage}.svg exists: kept, this export is {stem}"] if stem != stage else [])
+        message = (f"wrote {', '.join(p.name for p in paths)} in {folder}" if paths else "nothing written") + (
+            f" ({'; '.join(notes)})" if notes else "")
         self.call_from_thread(self.notify, message, title="Export", severity="information" if paths else "warning")
 
     @property
@@ -675,19 +735,24 @@ class ExplorerApp(App):
         self._show_stage_bar()
 
     def action_help(self) -> None:
-        keys = [(self.get_key_display(b), b.description) for b in self.BINDINGS if isinstance(b, Binding)]
-        keys += [("enter", "follow a child link / explain a form / select a row"),
-                 ("tab", "next widget (costs: the matrix, then the variants)"), ("ctrl+p", "command palette")]
+        keys = [(self.get_key_display(b), b.tooltip) for b in self.BINDINGS if isinstance(b, Binding)]
+        keys += [("enter", "Follow a child link / explain a form / select a row"),
+                 ("tab", "Next widget (costs: the matrix, then the variants)"), ("ctrl+p", "Command palette")]
         self.push_screen(HelpScreen(keys))
 
+    def get_system_commands(self, screen) -> Iterable[SystemCommand]:
+        """Textual's own commands, less those the explorer has its own binding for (its Screenshot and Quit)."""
+        ours = {b.description for b in self.BINDINGS}
+        yield from (c for c in super().get_system_commands(screen) if c.title not in ours)
+
     def action_screenshot_svg(self) -> None:
-        """Save an SVG screenshot of the screen as it is."""
-        name = self.program.name or self.source.stem
-        target = self.screenshot_dir / f"zyx-explore-{name}-{self._active_tab()}.svg"
+        """Save an SVG screenshot of the screen as it is, in the program's folder, never over an earlier one."""
+        folder = self.output_dir
         try:
+            folder.mkdir(parents=True, exist_ok=True)
+            target = folder / f"{outputs.free_stem(folder, f'screenshot-{self._active_tab()}-{self.viewed}', ('.svg',))}.svg"
             write_atomic(target, self.export_screenshot())
         except OSError as e:
-            self.notify(f"cannot write {target}: {e}", title="Screenshot", severity="error")
+            self.notify(f"cannot write in {folder}: {e}", title="Screenshot", severity="error")
             return
         self.notify(f"saved {target}", title="Screenshot")
-

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 import sample_graphs
-from engine import GraphError, Program, load
+from engine import GraphError, Program, load, units
 from engine.egraph import (
     CONGRUENCE,
     EGraph,
@@ -204,18 +204,6 @@ def default_file() -> Path:
     return sample_graphs.path(sample_graphs.DEFAULT)
 
 
-def _fmt_shape(shape: Sequence[int]) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
-
-
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError
-
-
 def summary(program: Program, source: Path) -> list[Table | str]:
     """The renderables ``check`` prints: inputs, outputs, op counts and totals."""
     title = program.name or source.name
@@ -223,12 +211,12 @@ def summary(program: Program, source: Path) -> list[Table | str]:
     inputs = Table("input", "shape", "dtype", "init", title="Inputs", title_justify="left")
     for i in program.inputs:
         params = ", ".join(f"{k}={v}" for k, v in i.init.params.items() if k != "values")
-        inputs.add_row(i.name, _fmt_shape(i.shape), str(i.dtype), f"{i.init.kind}({params})")
+        inputs.add_row(i.name, units.shape(i.shape), str(i.dtype), f"{i.init.kind}({params})")
     types = program.types()
     outputs = Table("output", "shape", "dtype", title="Outputs", title_justify="left")
     for name in program.outputs:
         shape, dtype = types[name]
-        outputs.add_row(name, _fmt_shape(shape), str(dtype))
+        outputs.add_row(name, units.shape(shape), str(dtype))
     ops = Table("op", "count", title="Ops", title_justify="left")
     for op, count in sorted(Counter(n.op for n in program.nodes).items(), key=lambda kv: (-kv[1], kv[0])):
         ops.add_row(op, str(count))
@@ -236,14 +224,48 @@ def summary(program: Program, source: Path) -> list[Table | str]:
     live = len(program.live_nodes())
     dead = len(program.nodes) - live
     totals = (
-        f"{len(program.inputs)} inputs ({_fmt_bytes(program.parameter_bytes())}), {len(program.nodes)} nodes"
+        f"{units.plural(len(program.inputs), 'input')} ({units.nbytes(program.parameter_bytes())}), "
+        f"{units.plural(len(program.nodes), 'node')}"
         + (f" ({dead} not used by any output)" if dead else "")
-        + f", {len(prims.nodes)} primitive ops after lowering"
+        + f", {units.plural(len(prims.nodes), 'primitive op')} after lowering"
     )
     return [head, inputs, outputs, ops, totals]
 
 
+def foreign_summary(fg) -> list[Table | str]:
+    """The renderables ``check`` prints for an egraph-serialize file: sizes, roots, ops, costs."""
+    title = f"[bold]{fg.source}[/bold]: an egraph-serialize e-graph"
+    roots = ", ".join(fg.root_name(r) for r in fg.roots)
+    ops = Table("op", "nodes", title="Ops", title_justify="left")
+    for op, count in Counter(n.op for n in fg.nodes.values()).most_common(12):
+        ops.add_row(op, str(count))
+    costs = [n.cost for n in fg.nodes.values()]
+    subsumed = sum(n.subsumed for n in fg.nodes.values())
+    totals = (f"{units.plural(len(fg.nodes), 'node')} in {units.plural(len(fg.classes), 'class', 'classes')}, "
+              f"roots ({fg.roots_from}): {roots or 'none'}; node costs {min(costs, default=0):g} to "
+              f"{max(costs, default=0):g}" + (f"; {subsumed} subsumed" if subsumed else ""))
+    return [title, ops, totals]
+
+
+def _check_foreign(args: argparse.Namespace, console: Console) -> int:
+    """``check`` on an egraph-serialize file: parse it (a located message on error) and summarise it."""
+    from engine.interop import load_serialized
+
+    if args.semantic:
+        raise GraphError("--semantic checks a graph.json program's rewrites; this is an egraph-serialize e-graph "
+                         "(zyx-explore extract FILE runs the extractors on it)", source=str(args.file))
+    for item in foreign_summary(load_serialized(args.file)):
+        console.print(item)
+    console.print(f"[green]ok[/green]: {args.file} is a valid egraph-serialize e-graph "
+                  "(zyx-explore FILE opens it, zyx-explore extract FILE runs the extractors)")
+    return 0
+
+
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
+    from engine.interop import detect
+
+    if args.file.suffix.lower() != ".onnx" and detect(args.file) == "egraph-serialize":
+        return _check_foreign(args, console)
     program = load_program(args.file, args.dim)
     for item in summary(program, args.file):
         console.print(item)
@@ -293,7 +315,7 @@ def saturation_summary(result: Saturation, rules: int, fast_math: bool) -> list[
     stats.add_row("iterations", f"{len(result.iterations)} (limit {limits.iterations})")
     stats.add_row("e-nodes", f"{nodes0} -> {eg.num_nodes} (limit {limits.nodes})")
     stats.add_row("e-classes", f"{classes0} -> {eg.num_classes}")
-    stats.add_row("time", f"{result.seconds:.3f} s (limit {limits.seconds:g} s)")
+    stats.add_row("time", f"{units.seconds(result.seconds)} (limit {units.seconds(limits.seconds)})")
     stats.add_row("rules", f"{rules} ({'exact + fast-math' if fast_math else 'exact only'})")
     merges = result.merges_by_rule()
     congruences = sum(it.congruences for it in result.iterations)
@@ -335,7 +357,7 @@ def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_mat
         f"[bold]Semantic check[/bold] ({how}): {report.forms} forms of {report.classes} classes compared, "
         f"{len(report.skipped)} skipped"
         + (" (too large to materialise, or children without a value)" if report.skipped else "")
-        + f", {seconds:.2f} s",
+        + f", {units.seconds(seconds)}",
     ]
     if report.ok:
         items.append(f"[green]ok[/green]: every form agrees with its class ({report.forms} forms)")
@@ -346,7 +368,7 @@ def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_mat
                   title_justify="left")
     for d in bad[:SHOWN_DISAGREEMENTS]:
         cls = egraph.eclass(d.class_id)
-        table.add_row(f"c{d.class_id} {_fmt_shape(cls.shape)} {cls.dtype}", f"n{d.node} {egraph.describe(d.node)}",
+        table.add_row(f"c{d.class_id} {units.shape(cls.shape)} {cls.dtype}", f"n{d.node} {egraph.describe(d.node)}",
                       f"n{d.reference} {egraph.describe(d.reference)}", f"{d.max_error:.3g}",
                       ", ".join(_reasons(egraph, d.reference, d.node)))
     items += [table, f"[bold red]disagreement[/bold red]: {len(bad)} of {report.forms} forms disagree with their "
@@ -422,7 +444,7 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
         result = export_all(compilation, stages, out, args.format, options, source=str(args.file))
     for note in dict.fromkeys(result.notes):
         err.print(f"[yellow]note[/yellow]: {note}")
-    console.print(f"[green]wrote[/green] {len(result.paths)} files to {out}: "
+    console.print(f"[green]wrote[/green] {units.plural(len(result.paths), 'file')} to {out}: "
                   + ", ".join(p.name for p in result.paths))
     return 0
 

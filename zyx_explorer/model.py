@@ -23,6 +23,10 @@ from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
 from engine.tuning import FAILED, OK, WRONG, TuneResult
+from engine.units import nbytes as bytes_text  # the explorer's names for engine.units (panes import them from here)
+from engine.units import plural, short_devices
+from engine.units import seconds as seconds_text
+from engine.units import shape as shape_text
 from zyx_explorer.widgets.line_table import Row
 
 KERNELIZED, TUNED, PLAN = "kernelized", "tuned", "plan"
@@ -31,30 +35,6 @@ KERNELIZED, TUNED, PLAN = "kernelized", "tuned", "plan"
 def reached(stage: str, name: str) -> bool:
     """Whether viewing ``stage`` shows what stage ``name`` made."""
     return pipeline.STAGES.index(stage) >= pipeline.STAGES.index(name)
-
-
-def shape_text(shape: tuple[int, ...]) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
-
-
-def seconds_text(s: float | None) -> str:
-    if s is None:
-        return ""
-    if math.isinf(s):
-        return "inf"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if s >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
-
-
-def bytes_text(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError
 
 
 class PinError(ValueError):
@@ -172,6 +152,11 @@ class Session:
             raise PinError("pins need the plan stage: wait for the compilation")
         return c
 
+    def short(self) -> dict[str, str]:
+        """The short name of each device and pool of the compilation (``units.short_devices``)."""
+        c = self.compilation
+        return short_devices(d.name for d in c.devices) if c is not None else {}
+
     def _predicted(self) -> float:
         c = self.current()
         return c.plan.predicted if c is not None and c.plan is not None else math.nan
@@ -253,7 +238,8 @@ def step_class(step: Allocate | Copy | Launch | Free) -> ClassId:
     return step.value[0]
 
 
-def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
+def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None, short: Mapping[str, str]) -> list[Row]:
+    """One row per step; devices and pools by their ``short`` names."""
     rows = []
     for i, step in enumerate(plan.steps):
         kind = type(step).__name__
@@ -261,7 +247,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
             what = f"{step.kernel.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
             where, predicted, nbytes = step.device, step.predicted, sum(b.nbytes for b in step.kernel.output_types)
         elif isinstance(step, Copy):
-            what = f"c{step.source[0]}: {step.source[1]} -> {step.target[1]}"
+            what = f"c{step.source[0]}: {short.get(step.source[1], step.source[1])} -> {short.get(step.target[1], step.target[1])}"
             where, predicted, nbytes = step.target[1], step.predicted, step.buffer.nbytes
         else:
             what = f"c{step.value[0]} {step.buffer}" + (f" = input {step.input}" if isinstance(step, Allocate)
@@ -269,7 +255,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
             where, predicted, nbytes = step.value[1], None, step.buffer.nbytes
         took = measured[i] if measured is not None and i < len(measured) and kind in ("Launch", "Copy") else None
         style = {"Launch": "", "Copy": "cyan", "Allocate": "dim", "Free": "dim"}[kind]
-        rows.append(Row(i, (str(i), kind, what, where, bytes_text(nbytes), seconds_text(predicted),
+        rows.append(Row(i, (str(i), kind, what, short.get(where, where), bytes_text(nbytes), seconds_text(predicted),
                             seconds_text(took)), style))
     return rows
 
@@ -295,7 +281,9 @@ def chosen_kernels(eg: EGraph, extraction: Extraction | None) -> set[KernelNode]
 def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Extraction | None,
               tuning: Mapping[KernelNode, TuneResult], estimated: bool = False) -> list[Row]:
     """Kernel x device: one row per candidate, each device's seconds marked ``m`` measured (tuned), ``p`` predicted
-    by the cost model or ``e`` nominal estimate (``estimated``), then ``*`` chosen by the plan or ``<`` best."""
+    by the cost model or ``e`` nominal estimate (``estimated``), then ``*`` chosen by the plan or ``<`` the fastest
+    of the row (of its measured cells when it has any).  A kernel that computes several classes (the same code)
+    is named with ``×N``."""
     kz, eg = c.kernelization, c.egraph
     if kz is None or eg is None:
         return []
@@ -304,18 +292,23 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
         by_cand.setdefault(k.candidate, {})[k.device] = (k, s)
     chosen = chosen_kernels(eg, extraction)
     chosen_cands = {k.candidate for k in chosen}
+    uses = Counter(cand.kernel.name for cand in kz.candidates.values())
     rows = []
     for cid, cand in kz.candidates.items():
         row_times = by_cand.get(cid, {})
-        best = min((s for _, s in row_times.values()), default=math.inf)
-        cells = [cand.kernel.name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
+        kinds = {d: "e" if estimated else ("m" if kn in tuning and tuning[kn].ok else "p")
+                 for d, (kn, _) in row_times.items()}
+        measured = "m" in kinds.values()  # then only measured cells compete for "<": a prediction is not a timing
+        best = min((s for d, (_, s) in row_times.items() if kinds[d] == "m" or not measured), default=math.inf)
+        name = cand.kernel.name + (f" ×{uses[cand.kernel.name]}" if uses[cand.kernel.name] > 1 else "")
+        cells = [name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
         for d in c.devices:
             if d.name not in row_times:
                 cells.append("—")
                 continue
             kn, s = row_times[d.name]
-            kind = "e" if estimated else ("m" if kn in tuning and tuning[kn].ok else "p")
-            mark = "*" if kn in chosen else ("<" if s == best else " ")
+            kind = kinds[d.name]
+            mark = "*" if kn in chosen else ("<" if s == best and (kind == "m" or not measured) else " ")
             cells.append(f"{seconds_text(s)} {kind}{mark}")
         style = "bold" if cid in chosen_cands else ""
         rows.append(Row(cid, tuple(cells), style, (cand.kernel.name, cand.output, cells[2],
@@ -337,24 +330,25 @@ def launched_variant(cand_id: str, times: Mapping[KernelNode, float], chosen: se
 
 
 def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mapping[KernelNode, TuneResult],
-                 variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None) -> list[Row]:
+                 variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None,
+                 short: Mapping[str, str]) -> list[Row]:
     """Every variant tried of candidate ``cand_id`` on each device, fastest verified first: ``*`` launched,
-    ``<`` best; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
+    ``+`` the tuner's pick on its device; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
     rows = []
     for kn in sorted((k for k in times if k.candidate == cand_id), key=lambda k: k.device):
         result = tuning.get(kn)
         if result is None:
             v = variant_of(kn)
             mark = "*" if launched == (kn.device, v) else " "
-            rows.append(Row((kn.device, v), (mark, kn.device, str(v), "not tuned", "", seconds_text(times[kn]), "",
+            rows.append(Row((kn.device, v), (mark, short.get(kn.device, kn.device), str(v), "not tuned", "", seconds_text(times[kn]), "",
                                              ""), "dim"))
             continue
         for t in sorted(result.trials, key=lambda t: (t.status != OK, math.inf if t.seconds is None else t.seconds)):
             best = result.ok and t.variant == result.best
-            mark = "*" if launched == (kn.device, t.variant) else ("<" if best else " ")
+            mark = "*" if launched == (kn.device, t.variant) else ("+" if best else " ")
             reason = t.reason.splitlines()[0] if t.reason else ""
             style = {OK: "bold" if best else "", WRONG: "red", FAILED: "yellow"}[t.status]
-            rows.append(Row((kn.device, t.variant), (mark, kn.device, str(t.variant), STATUS[t.status],
+            rows.append(Row((kn.device, t.variant), (mark, short.get(kn.device, kn.device), str(t.variant), STATUS[t.status],
                                                      seconds_text(t.seconds), seconds_text(t.predicted), result.cache,
                                                      reason), style))
     return rows
@@ -367,18 +361,18 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
         out["e-graph"] = f"{c.egraph.num_classes} classes, {c.egraph.num_nodes} nodes"
     if c.saturation is not None:
         s = c.saturation
-        out["saturation"] = f"{s.stop.value} after {len(s.iterations)} iterations, {s.seconds:.3f} s"
+        out["saturation"] = f"{s.stop.value} after {plural(len(s.iterations), 'iteration')}, {seconds_text(s.seconds)}"
     if c.kernelization is not None:
-        out["kernels"] = f"{len(c.kernelization.candidates)} candidates, {len(c.kernel_times)} kernel nodes"
+        out["kernels"] = f"{plural(len(c.kernelization.candidates), 'candidate')}, {plural(len(c.kernel_times), 'kernel node')}"
     if c.tuning:
         trials = sum(len(r.trials) for r in c.tuning.values())
         hits = sum(r.cache == "hit" for r in c.tuning.values())
-        out["tuning"] = f"{len(c.tuning)} kernels tuned, {trials} variants tried, {hits} from the cache"
+        out["tuning"] = f"{plural(len(c.tuning), 'kernel')} tuned, {plural(trials, 'variant')} tried, {hits} from the cache"
     elif c.done("tuned"):
         out["tuning"] = "not tuned: cost-model predictions"
     if c.plan is not None:
         launches = len(c.plan.launches())
-        out["plan"] = (f"{len(c.plan.steps)} steps ({launches} launches), predicted {seconds_text(c.plan.predicted)}, "
+        out["plan"] = (f"{plural(len(c.plan.steps), 'step')} ({plural(launches, 'launch', 'launches')}), predicted {seconds_text(c.plan.predicted)}, "
                        f"peak {bytes_text(c.plan.peak_bytes)}")
     if c.execution is not None:
         out["measured"] = seconds_text(c.execution.total)

@@ -329,20 +329,30 @@ def device_names(found: list[tuple[str, str]]) -> list[str]:
     return out
 
 
-def discover() -> list[OpenCLDevice]:
-    """Every OpenCL device of every platform; an empty list (never an error) when there is none."""
+NO_RUNTIME = ("install an OpenCL runtime, e.g. `sudo apt-get install pocl-opencl-icd` "
+              "or `pip install pocl-binary-distribution` (PoCL, for the CPU)")
+
+
+def discover(notes: list[str] | None = None) -> list[OpenCLDevice]:
+    """Every OpenCL device of every platform; an empty list (never an error) when there is none, and then one line
+    in ``notes`` that says why and what to install."""
+    found: list = []
     if cl is None:
-        return []
-    try:
-        platforms = cl.get_platforms()
-    except Exception:  # no ICD loader / PLATFORM_NOT_FOUND_KHR
-        return []
-    found = []
-    for platform in platforms:
+        why = "pyopencl cannot be imported (`pip install pyopencl`)"
+    else:
         try:
-            found.extend((platform, d) for d in platform.get_devices())
-        except Exception:  # a platform without devices raises DEVICE_NOT_FOUND
-            continue
+            platforms = cl.get_platforms()
+        except Exception:  # no ICD loader / PLATFORM_NOT_FOUND_KHR
+            platforms = []
+        for platform in platforms:
+            try:
+                found.extend((platform, d) for d in platform.get_devices())
+            except Exception:  # a platform without devices raises DEVICE_NOT_FOUND
+                continue
+        why = "no OpenCL platform found" if not platforms else "no OpenCL device found" if not found else ""
+        why += f": {NO_RUNTIME}" if why else ""
+    if why and notes is not None:
+        notes.append(f"OpenCL devices not offered: {why}")
     names = device_names([(d.name, p.version) for p, d in found])
     devices = []
     for (_, d), name in zip(found, names):

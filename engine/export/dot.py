@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import graphviz
 
-from engine import pipeline
+from engine import pipeline, units
 from engine.export import egraph_dot, kernel_dot, plan_dot, view
 from engine.export.chosen import stage_forms
 from engine.pipeline import Compilation
@@ -56,7 +56,7 @@ def stage_graph(c: Compilation, stage: str, options: view.ExportOptions = view.D
             assert c.saturation is not None
             sat = c.saturation
             eg = sat.snapshot(len(sat.iterations))
-            title = f"saturated e-graph ({len(sat.iterations)} iterations, {sat.stop.value})"
+            title = f"saturated e-graph ({units.plural(len(sat.iterations), 'iteration')}, {sat.stop.value})"
         return StageGraph(stage, egraph_dot.draw(eg, stage_forms(c, eg), options, stage, f"{name}: {title}"))
     if stage in ("kernelized", "tuned"):
         title = "kernels (estimated cost per device)" if stage == "kernelized" else "tuned kernels (cost per device)"
@@ -71,16 +71,17 @@ def program_graph(c: Compilation) -> graphviz.Digraph:
     """The program: inputs, ops with their shapes and dtypes, outputs; edges follow the data."""
     p = c.program
     live = {n.id for n in p.live_nodes()}
-    title = f"{p.name or 'program'}: {len(p.inputs)} inputs, {len(p.nodes)} ops, {len(p.outputs)} outputs"
+    title = (f"{p.name or 'program'}: {units.plural(len(p.inputs), 'input')}, {units.plural(len(p.nodes), 'op')}, "
+             f"{units.plural(len(p.outputs), 'output')}")
     notes = [f"{len(p.nodes) - len(live)} ops no output uses (grey)"] if len(live) < len(p.nodes) else []
     g = view.graph("program", title, notes)
     view.limit_layout(g, len(p.inputs) + len(p.nodes))
     for i in p.inputs:
-        g.node(f"t_{i.name}", f"{i.name}\\n{view.shape(i.shape)} {i.dtype}\\n{i.init.kind}", shape="ellipse",
+        g.node(f"t_{i.name}", f"{i.name}\\n{units.shape(i.shape)} {i.dtype}\\n{i.init.kind}", shape="ellipse",
                style="filled", fillcolor="#f3f3f3", kind="input")
     for n in p.nodes:
         attrs = ", ".join(f"{k}={v}" for k, v in n.attrs.items() if v is not None)[:60]
-        label = f"{n.id}: {n.op}" + (f"\\n{attrs}" if attrs else "") + f"\\n{view.shape(n.shape)} {n.dtype}"
+        label = f"{n.id}: {n.op}" + (f"\\n{attrs}" if attrs else "") + f"\\n{units.shape(n.shape)} {n.dtype}"
         style = {"style": "filled,rounded", "fillcolor": "#dbe7f3"} if n.id in live else {"style": "rounded",
                                                                                             "fontcolor": "#999999"}
         g.node(f"t_{n.id}", label.replace("\\n", "\\n") , shape="box", kind="op",

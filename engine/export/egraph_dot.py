@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import graphviz
 
+from engine import units
 from engine.egraph.egraph import ATTACHED_OPS, ClassId, EGraph, NodeId
 from engine.export import view
 from engine.export.chosen import StageForms, class_of, neighbourhood, reachable
@@ -61,8 +62,6 @@ def node_label(eg: EGraph, n: NodeId) -> str:
         text = text[: len(text) - len(", ".join(f"c{c}" for c in node.children)) - 2]
     if node.op in ATTACHED_OPS:
         text = f"{node.op}[{node.param}]"
-        kind, _, device = text.partition(" on ")
-        text = f"{kind} on {view.short_device(device.rstrip(']'))}]" if device else text
     return text.replace("\\", "\\\\")
 
 
@@ -91,7 +90,7 @@ def draw(eg: EGraph, chosen: StageForms, options: view.ExportOptions, name: str,
 def _draw_class(g: graphviz.Digraph, eg: EGraph, cls_id: ClassId, forms: list[NodeId], chosen: StageForms,
                 cluster: bool, outputs: list[str]) -> None:
     cls = eg.eclass(cls_id)
-    head = f"c{cls_id} {view.shape(cls.shape)} {cls.dtype}" + (f"  ⇐ {', '.join(outputs)}" if outputs else "")
+    head = f"c{cls_id} {units.shape(cls.shape)} {cls.dtype}" + (f"  ⇐ {', '.join(outputs)}" if outputs else "")
     in_plan = cls_id in chosen.in_plan
     line = view.CHOSEN_LINE if in_plan else "#999999"
     target = g.subgraph(name=f"cluster_c{cls_id}") if cluster else None

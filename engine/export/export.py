@@ -25,8 +25,10 @@ class ExportResult:
 
 
 def export_stage(compilation: Compilation, stage: str, out_dir: Path, fmt: str = "svg",
-                 options: ExportOptions = DEFAULT_OPTIONS, *, result: ExportResult | None = None) -> list[Path]:
+                 options: ExportOptions = DEFAULT_OPTIONS, *, result: ExportResult | None = None,
+                 stem: str | None = None) -> list[Path]:
     """Write ``<stage>.dot`` (and ``<stage>.<fmt>``) into ``out_dir``; returns the paths written.
+    ``stem``: the file names' stem instead of the stage's (the explorer's ``plan-2`` beside an earlier ``plan``).
 
     A stage the compilation lacks writes nothing; why, and any rendering problem (e.g. no
     ``dot`` on PATH), goes to ``result.notes`` when a ``result`` is given.
@@ -38,8 +40,8 @@ def export_stage(compilation: Compilation, stage: str, out_dir: Path, fmt: str =
     if sg.graph is None:
         result.notes.append(sg.note)
         return []
-    source = sg.graph.source
-    paths = [write_atomic(Path(out_dir) / f"{stage}.dot", source)]
+    source, stem = sg.graph.source, stem or stage
+    paths = [write_atomic(Path(out_dir) / f"{stem}.dot", source)]
     if fmt != "dot":
         began = time.perf_counter()
         try:
@@ -48,7 +50,7 @@ def export_stage(compilation: Compilation, stage: str, out_dir: Path, fmt: str =
             result.notes.append(f"{stage}: {e}")
         else:
             result.render_seconds[stage] = time.perf_counter() - began
-            paths.append(write_atomic(Path(out_dir) / f"{stage}.{fmt}", data))
+            paths.append(write_atomic(Path(out_dir) / f"{stem}.{fmt}", data))
     result.paths += paths
     return paths
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import graphviz
 
+from engine import units
 from engine.devices.base import DEFAULT_VARIANT
 from engine.egraph.egraph import ClassId
 from engine.export import view
@@ -21,7 +22,7 @@ def device_times(c: Compilation, stage: str) -> dict[str, dict[str, str]]:
     tuned = stage != "kernelized"
     for param, t in (c.kernel_times if tuned else c.estimates).items():
         result = c.tuning.get(param) if tuned else None
-        text = view.seconds(t)
+        text = units.seconds(t)
         if result is not None:
             text += " (no variant ran)" if not result.ok else " measured" + (
                 f", {result.best}" if result.best != DEFAULT_VARIANT else "")
@@ -101,7 +102,7 @@ def _draw_stored(g: graphviz.Digraph, c: Compilation, keep: list[str]) -> None:
         stored.update((cand.output, *cand.inputs))
     for cls_id in sorted(stored):
         cls = eg.eclass(cls_id)
-        label = f"c{cls_id} {view.shape(cls.shape)} {cls.dtype}"
+        label = f"c{cls_id} {units.shape(cls.shape)} {cls.dtype}"
         if cls_id in leaves:
             label += f"\\ninput {leaves[cls_id]}"
         if cls_id in outputs:
@@ -115,8 +116,9 @@ def _draw_kernel(g: graphviz.Digraph, c: Compilation, i: int, cand: Candidate, r
     eg = c.egraph
     assert eg is not None
     library = [d for d in times if d in view.LIBRARY_DEVICES]
-    rows = [f"{'✓ ' if d == device else ''}{view.short_device(d)}: {t}" for d, t in sorted(times.items())]
-    label = "\\n".join([f"{cand.kernel.name} → c{cand.output}", *rows] + ([f"{len(r.forms)} ops fused"] if collapse
+    short = units.short_devices(d.name for d in c.devices)
+    rows = [f"{'✓ ' if d == device else ''}{short.get(d, d)}: {t}" for d, t in sorted(times.items())]
+    label = "\\n".join([f"{cand.kernel.name} → c{cand.output}", *rows] + ([f"{units.plural(len(r.forms), 'op')} fused"] if collapse
                                                                              else []))
     fill = view.CHOSEN_FILL if device else (view.LIBRARY_FILL if library else "#ffffff")
     head = {"shape": "box3d", "style": "filled", "fillcolor": fill, "color": view.LIBRARY_LINE if library else "black",

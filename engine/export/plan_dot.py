@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import graphviz
 
+from engine import units
 from engine.export import view
 from engine.export.chosen import class_of, neighbourhood
 from engine.extract import Value
@@ -17,13 +18,14 @@ def plan_title(c: Compilation, executed: bool) -> str:
     plan = c.plan
     assert plan is not None
     kinds = [type(s).__name__ for s in plan.steps]
-    text = (f"{len(plan.steps)} steps ({kinds.count('Launch')} launches, {kinds.count('Copy')} copies), "
-            f"predicted {view.seconds(plan.predicted)}, peak {view.nbytes(plan.peak_bytes)}")
+    text = (f"{units.plural(len(plan.steps), 'step')} ({units.plural(kinds.count('Launch'), 'launch', 'launches')}, "
+            f"{units.plural(kinds.count('Copy'), 'copy', 'copies')}), "
+            f"predicted {units.seconds(plan.predicted)}, peak {units.nbytes(plan.peak_bytes)}")
     if executed and c.execution is not None:
-        text += f", measured {view.seconds(c.execution.total)}"
+        text += f", measured {units.seconds(c.execution.total)}"
     if executed and c.verification is not None:
         v = c.verification
-        text += f", verification {'ok' if v.ok else 'FAILED'} ({len(v.outputs)} outputs)"
+        text += f", verification {'ok' if v.ok else 'FAILED'} ({units.plural(len(v.outputs), 'output')})"
     return text
 
 
@@ -56,12 +58,14 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str, exe
     pool_ids = {p: k for k, p in enumerate(pools)}
     drawn: set[Value] = set()
 
+    short = units.short_devices(d.name for d in c.devices)
+
     def value(v: Value) -> str:
         node = f"v{v[0]}_{pool_ids[v[1]]}"
         if v not in drawn:
             drawn.add(v)
             cls = eg.eclass(v[0])
-            text = f"c{v[0]} {view.shape(cls.shape)} {cls.dtype}\\nin {view.short_device(v[1])}"
+            text = f"c{v[0]} {units.shape(cls.shape)} {cls.dtype}\\nin {short.get(v[1], v[1])}"
             outs = [o for o, ov in plan.outputs.items() if ov == v]
             text += "".join(f"\\noutput {o}" for o in outs) + ("\\n" + " · ".join(life[v]) if v in life else "")
             fill, line = pools.get(v[1], (view.HOST_FILL, view.HOST_LINE))
@@ -70,13 +74,13 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str, exe
         return node
 
     for i, s in steps:
-        cost = f"{view.seconds(s.predicted)}" if isinstance(s, Copy | Launch) else ""
+        cost = f"{units.seconds(s.predicted)}" if isinstance(s, Copy | Launch) else ""
         if times is not None and cost:
-            cost += f" (ran {view.seconds(times[i - 1])})"
+            cost += f" (ran {units.seconds(times[i - 1])})"
         if isinstance(s, Launch):
             fill, line = devices.get(s.device, (view.HOST_FILL, view.HOST_LINE))
             library = s.device in view.LIBRARY_DEVICES
-            g.node(f"s{i}", f"#{i} launch {s.kernel.name}\\non {view.short_device(s.device)}\\n{cost}",
+            g.node(f"s{i}", f"#{i} launch {s.kernel.name}\\non {short.get(s.device, s.device)}\\n{cost}",
                    shape="box3d", style="filled,bold" if library else "filled", fillcolor=fill, color=line,
                    id=f"step{i}", step="launch")
             for v in s.inputs:
@@ -85,7 +89,7 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str, exe
                 g.edge(f"s{i}", value(v), color=line)
         elif isinstance(s, Copy):
             _, line = pools.get(s.target[1], (view.HOST_FILL, view.HOST_LINE))
-            g.edge(value(s.source), value(s.target), f"#{i} copy {view.nbytes(s.buffer.nbytes)}\\n{cost}",
+            g.edge(value(s.source), value(s.target), f"#{i} copy {units.nbytes(s.buffer.nbytes)}\\n{cost}",
                    style="dashed,bold", color=line, fontcolor=line, arrowhead="empty", id=f"step{i}", step="copy")
         elif isinstance(s, Allocate):
             value(s.value)
@@ -102,9 +106,12 @@ def _values(step: Allocate | Copy | Launch | Free) -> list[Value]:
 
 
 def _legend(g: graphviz.Digraph, c: Compilation, devices: dict[str, tuple[str, str]]) -> None:
+    """Each device's colour, short name (``cl0``) and full name: the labels above use the short ones."""
+    short = units.short_devices(d.name for d in c.devices)
     with g.subgraph(name="cluster_legend") as sub:
         sub.attr(label="devices", style="dashed", color="#999999", fontsize="10")
         for k, d in enumerate(c.devices):
             fill, line = devices[d.name]
-            sub.node(f"legend{k}", f"{view.short_device(d.name)}\\npool {view.short_device(d.pool)}", shape="box",
+            name = d.name if short[d.name] == d.name else f"{short[d.name]} = {d.name}"  # the one full name
+            sub.node(f"legend{k}", f"{name}\\npool {short.get(d.pool, d.pool)}", shape="box",
                      style="filled", fillcolor=fill, color=line, fontsize="9")

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.export import view
+from engine import units
 from engine.export.chosen import planned_kernels
 from engine.export.kernel_dot import device_times
 from engine.export.plan_dot import plan_title
@@ -42,7 +42,7 @@ def rewrites(c: Compilation) -> Table:
     if sat is None:
         return Table("Rewrites", (), [], "not saturated")
     (n0, k0), eg = sat.start_counts, sat.egraph
-    intro = (f"stop: {sat.stop.value} after {len(sat.iterations)} iterations in {view.seconds(sat.seconds)}; "
+    intro = (f"stop: {sat.stop.value} after {units.plural(len(sat.iterations), 'iteration')} in {units.seconds(sat.seconds)}; "
              f"e-nodes {n0} → {eg.num_nodes}, e-classes {k0} → {eg.num_classes} (final e-graph, kernel nodes "
              f"included)")
     merges = sat.merges_by_rule()
@@ -60,37 +60,41 @@ def kernel_costs(c: Compilation) -> Table:
     if c.kernelization is None:
         return Table("Kernel cost per device", (), [], "not kernelized")
     devices = [d.name for d in c.devices]
+    short = units.short_devices(devices)
     times = device_times(c, c.stage)
     planned = planned_kernels(c)
     rows = []
     for cand_id, cand in c.kernelization.candidates.items():
         t = times.get(cand_id, {})
         rows.append((cand.kernel.name, f"c{cand.output}", *(t.get(d, "—") for d in devices),
-                     view.short_device(planned[cand_id]) if cand_id in planned else ""))
-    return Table("Kernel cost per device", ("kernel", "computes", *map(view.short_device, devices), "plan runs it on"),
-                 rows, f"{len(rows)} candidates; costs are the times extraction used: measured (with the tuned variant) "
-                 "for the kernels tuned, the cost model's prediction for the rest")
+                     short[planned[cand_id]] if cand_id in planned else ""))
+    legend = units.device_legend(short)
+    return Table("Kernel cost per device", ("kernel", "computes", *(short[d] for d in devices), "plan runs it on"),
+                 rows, f"{units.plural(len(rows), 'candidate')}; costs are the times extraction used: measured (with the tuned variant) "
+                 "for the kernels tuned, the cost model's prediction for the rest" + (f"; devices: {legend}" if legend else ""))
 
 
 def plan_table(c: Compilation) -> Table:
     if c.plan is None:
         return Table("Plan", (), [], "no plan")
     times = c.execution.step_times if c.execution is not None else None
+    short = units.short_devices(d.name for d in c.devices)
     rows = []
     for i, s in enumerate(c.plan.steps, 1):
         if isinstance(s, Launch):
             what, where, size = s.kernel.name, s.device, sum(b.nbytes for b in s.kernel.inputs)
         elif isinstance(s, Copy):
-            what, where, size = f"c{s.source[0]}", f"{s.source[1]} → {s.target[1]}", s.buffer.nbytes
+            what, size = f"c{s.source[0]}", s.buffer.nbytes
+            where = f"{short.get(s.source[1], s.source[1])} → {short.get(s.target[1], s.target[1])}"
         elif isinstance(s, Allocate):
             what = f"c{s.value[0]}" + (f" (input {s.input})" if s.input else "")
             where, size = s.value[1], s.buffer.nbytes
         else:
             assert isinstance(s, Free)
             what, where, size = f"c{s.value[0]}", s.value[1], s.buffer.nbytes
-        predicted = view.seconds(s.predicted) if isinstance(s, Copy | Launch) else ""
-        ran = view.seconds(times[i - 1]) if times is not None and predicted else ""
-        rows.append((str(i), type(s).__name__.lower(), what, view.short_device(where), view.nbytes(size), predicted,
+        predicted = units.seconds(s.predicted) if isinstance(s, Copy | Launch) else ""
+        ran = units.seconds(times[i - 1]) if times is not None and predicted else ""
+        rows.append((str(i), type(s).__name__.lower(), what, short.get(where, where), units.nbytes(size), predicted,
                      ran))
     return Table("Plan", ("#", "step", "what", "device / pool", "bytes", "predicted", "measured"), rows,
                  plan_title(c, executed=True))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import graphviz
@@ -53,32 +53,6 @@ def limit_layout(g: graphviz.Digraph, drawn: int) -> None:
     """Add Graphviz's speed limits to big graphs."""
     if drawn > FAST_LAYOUT_NODES:
         g.attr(**FAST_LAYOUT)
-
-
-def seconds(s: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= scale:
-            return f"{s / scale:.3g} {unit}"
-    return f"{s * 1e9:.3g} ns"
-
-
-def nbytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KiB", "MiB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
-
-
-def shape(dims: Iterable[int]) -> str:
-    return "[" + ", ".join(map(str, dims)) + "]"
-
-
-def short_device(name: str) -> str:
-    """``opencl:pthread-skylake-...`` -> ``opencl:pthread-skylake``: device names can be long."""
-    kind, _, rest = name.partition(":")
-    return name if not rest else f"{kind}:{'-'.join(rest.split('-')[:2])[:24]}"
 
 
 def palette(devices: Sequence[tuple[str, str]]) -> tuple[dict[str, tuple[str, str]], dict[str, tuple[str, str]]]:

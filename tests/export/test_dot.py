@@ -7,10 +7,11 @@ import re
 import graphviz
 import pytest
 
-from engine import pipeline
+from engine import pipeline, units
 from engine.devices import NumpyDevice, discover
 from engine.export import ExportOptions, stage_graph, stage_names, view
 from engine.export.chosen import neighbourhood, planned_kernels, region, stage_forms
+from engine.extract import Pins
 from engine.pipeline import Options, compile_program
 from engine.plan import Copy, Launch
 from tests.export.dotparse import parse
@@ -38,7 +39,7 @@ def test_program_has_a_node_per_input_and_op():
     p = c.program
     assert {f"t_{i.name}" for i in p.inputs} | {f"t_{n.id}" for n in p.nodes} <= set(dot.nodes)
     for n in p.nodes:
-        assert view.shape(n.shape) in dot.nodes[f"t_{n.id}"]["label"]
+        assert units.shape(n.shape) in dot.nodes[f"t_{n.id}"]["label"]
         assert {(f"t_{a}", f"t_{n.id}") for a in n.args} <= {(a, b) for a, b, _ in dot.edges}
 
 
@@ -102,14 +103,15 @@ def test_tuned_marks_measured_and_predicted_times_and_kernelized_shows_estimates
     tuned = parse(stage_graph(c, "tuned").graph.source)
     labels = {a["kernel"]: a["label"] for a in tuned.nodes.values() if "kernel" in a}
     assert c.tuning
+    short = units.short_devices(d.name for d in c.devices)
     for kn, t in c.kernel_times.items():
         mark = "measured" if kn in c.tuning else "predicted"  # candidates no plan took stay untimed
-        assert f"{view.short_device(kn.device)}: {view.seconds(t)} {mark}" in labels[kn.candidate]
+        assert f"{short[kn.device]}: {units.seconds(t)} {mark}" in labels[kn.candidate]
     kernelized = parse(stage_graph(c, "kernelized").graph.source)
     assert not any("measured" in a.get("label", "") for a in kernelized.nodes.values())
     kn, estimate = next(iter(c.estimates.items()))
     head = next(a for a in kernelized.nodes.values() if a.get("kernel") == kn.candidate)
-    assert view.seconds(estimate) in head["label"]
+    assert units.seconds(estimate) in head["label"]
 
 
 def _check_plan(c, stage="plan"):
@@ -120,7 +122,7 @@ def _check_plan(c, stage="plan"):
     kinds = {f"step{i}": type(s).__name__.lower() for i, s in enumerate(plan.steps, 1)}
     drawn = {a["id"]: a["step"] for a in [*dot.nodes.values(), *(e for _, _, e in dot.edges)] if "id" in a}
     assert drawn == {i: kinds[i] for i in expected}
-    assert view.seconds(plan.predicted) in dot.graph["label"]
+    assert units.seconds(plan.predicted) in dot.graph["label"]
     return dot
 
 
@@ -133,13 +135,20 @@ def test_plan_steps_in_order_with_the_predicted_total(name):
 
 
 def test_plan_copies_to_an_opencl_pool():
-    devices = discover(native=False)  # the native device would keep the whole plan on the host
-    pools = {d.pool for d in devices} - {"host"}
-    if not pools:
+    """The output pinned to an OpenCL device: copies into its pool are drawn (pinned, not left to measured speed)."""
+    devices = discover(native=False)
+    gpu = next((d for d in devices if d.pool != "host"), None)
+    if gpu is None:
         pytest.skip("no OpenCL device found")
-    c = compile_program(compiled("mlp.small").program, devices, Options(execute=False))
+    c = compile_program(compiled("mlp.small").program, devices, Options(tune=False, execute=False))
+    output = next(iter(c.egraph.output_classes().values()))
+    pipeline.extract(c, Pins().device(c.egraph, output, gpu.name))
     dot = _check_plan(c)
     assert any(isinstance(s, Copy) for s in c.plan.steps)
+    source = stage_graph(c, "plan").graph.source
+    short = units.short_devices(d.name for d in devices)
+    assert f"on {short[gpu.name]}" in source and f"{short[gpu.name]} = {gpu.name}" in source  # once, in the legend
+    assert source.count(gpu.name) == 1 + source.count(f"pool {gpu.name}")
     pool_index = {p: k for k, p in enumerate(view.palette([(d.name, d.pool) for d in devices])[1])}
     for s in c.plan.steps:
         if isinstance(s, Copy):

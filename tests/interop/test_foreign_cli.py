@@ -108,3 +108,23 @@ def test_serialize_refuses_to_overwrite(tmp_path, capsys):
     out.write_text("keep")
     assert main(["serialize", str(sample_graphs.path("mlp.small")), "-o", str(out), "--no-tune"]) == 2
     assert "use --force" in capsys.readouterr().err and out.read_text() == "keep"
+
+
+def test_check_detects_and_summarises_an_egraph_serialize_file(sharing, capsys):
+    assert main(["check", str(sharing)]) == 0
+    out = " ".join(capsys.readouterr().out.split())  # the console wraps at its width
+    assert "an egraph-serialize e-graph" in out and "6 nodes in 4 classes, roots (root_eclasses): R" in out
+    assert "is a valid egraph-serialize e-graph" in out and "graph.json" not in out
+
+
+def test_check_of_a_broken_egraph_serialize_file_is_one_located_message(tmp_path, capsys):
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps({"nodes": {"a": {"op": "x", "children": ["missing"], "eclass": "A"}}}))
+    assert main(["check", str(path)]) == 2
+    err = "".join(capsys.readouterr().err.split())
+    assert "".join(str(path).split()) in err and "Traceback" not in err and "unknown key" not in err
+
+
+def test_check_semantic_refuses_an_egraph_serialize_file(sharing, capsys):
+    assert main(["check", "--semantic", str(sharing)]) == 2
+    assert "--semantic checks a graph.json program" in " ".join(capsys.readouterr().err.split())

@@ -18,11 +18,14 @@ PANES = (
     ("Classes", "every e-class of the stage; / filters (c12, add, [8, 32], blas, ~fuzzy), s sorts"),
     ("Class detail", "the forms of the class (★ chosen, 📌 pinned); enter on → follows a child, backspace goes "
                      "back; enter on a form explains it against the chosen (or marked, m) form"),
-    ("Costs", "kernel x device seconds (m measured, p predicted, e estimate; < best, * chosen); below, every "
-              "variant tried of the highlighted kernel (verified / wrong / failed, cache); tab moves between them, "
-              "enter shows the OpenCL C"),
+    ("Costs", "kernel x device seconds (m measured, p predicted by the cost model, e nominal estimate; * in the "
+              "plan, < fastest of the row: of its measured cells when it has any, a prediction never beats a timing; "
+              "×2: the same code computes two classes); devices by short names (cl0 ...), the legend above the "
+              "table; below, every variant tried of the highlighted kernel (verified / wrong / failed, cache; "
+              "* launched, + the tuner's pick on its device); tab moves between them, enter shows the source"),
     ("Plan", "Allocate / Copy / Launch / Free steps; enter selects the step's class"),
-    ("Source", "the kernel IR and the OpenCL C of the selected variant (the launched one by default)"),
+    ("Source", "the kernel IR and what runs on the device of the selected variant (the launched one by default): "
+               "OpenCL C, the native C kernel, the BLAS call or the numpy program"),
     ("Rewrites", "the rewrite log; / filters by rule, enter jumps to the merged class"),
     ("Results", "headline numbers, problems worked around, outputs, their statistics, and the verification"),
 )
@@ -32,6 +35,8 @@ class HelpScreen(ModalScreen[None]):
     """Keys and panes; escape, q or ? closes it."""
 
     BINDINGS: ClassVar = [Binding("escape,q,question_mark", "dismiss", "Close", id="help-close")]
+    AUTO_FOCUS = "#help-scroll"
+    """The list scrolls by keyboard (up/down, page up/down, home/end): at 80x24 it is taller than the screen."""
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
     HelpScreen > VerticalScroll { width: 90%; height: 85%; border: thick $primary; background: $surface;
@@ -49,7 +54,7 @@ class HelpScreen(ModalScreen[None]):
         panes = Table("pane", "what it shows", title="Panes", title_justify="left", box=None)
         for pane, what in PANES:
             panes.add_row(pane, what)
-        with VerticalScroll():
+        with VerticalScroll(id="help-scroll"):
             yield Static(keys, id="help-keys")
             yield Static(panes)
             yield Static("ctrl+p opens the command palette (every action, and themes).")

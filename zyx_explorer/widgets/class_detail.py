@@ -17,8 +17,11 @@ from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.extract import Extraction
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Kernelization
-from zyx_explorer.model import seconds_text, shape_text
+from zyx_explorer.model import plural, seconds_text, shape_text
 from zyx_explorer.widgets.text_list import TextList
+
+HEAD_LINES = 5
+"""The head's least height: the class line and a why line of up to four lines."""
 
 
 def kernel_pools(eg: EGraph, extraction: Extraction | None) -> dict[KernelNode, str]:
@@ -86,6 +89,8 @@ class ClassDetail(Vertical):
         self.chosen: set[NodeId] = set()
         self.explanation = ""
         self._pools: tuple[Extraction | None, EGraph | None, dict[KernelNode, str]] = (None, None, {})
+        self._head = (0, HEAD_LINES)
+        """(width, height) of the head: see ``_show_head``."""
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-head")
@@ -99,6 +104,18 @@ class ClassDetail(Vertical):
     def highlighted_form(self) -> NodeId | None:
         key = self.forms.current_key
         return key[1] if isinstance(key, tuple) and key[0] == "form" else None
+
+    def _show_head(self, head: Text) -> None:
+        """The head grows to fit its text at this width (the why line is never cut) and does not shrink back, so
+        that moving the classes cursor lays nothing out again (a relayout repaints the whole screen)."""
+        static = self.query_one("#detail-head", Static)
+        width = static.content_size.width
+        if width:
+            lines = len(head.wrap(self.app.console, width))
+            if width != self._head[0] or lines > self._head[1]:
+                self._head = (width, max(HEAD_LINES, lines))
+                static.styles.height = self._head[1]
+        static.update(head, layout=False)
 
     def clear(self, message: str) -> None:
         self.egraph, self.cid = None, None
@@ -127,7 +144,7 @@ class ClassDetail(Vertical):
         costs = {n: form_cost(eg, n, extraction, times, self._pools[2]) for n in cls.nodes}
         head = Text()
         head.append(f"c{cid}", "bold")
-        head.append(f" {shape_text(cls.shape)} {cls.dtype}, {len(cls.nodes)} forms")
+        head.append(f" {shape_text(cls.shape)} {cls.dtype}, {plural(len(cls.nodes), 'form')}")
         if cls.splat is not None:
             head.append(f", every element = {cls.splat}")
         outputs = [name for name, c in eg.output_classes().items() if c == cid]
@@ -137,14 +154,14 @@ class ClassDetail(Vertical):
             head.append(f", 📌 pinned to {pins[cid]}", "bold magenta")
         head.append("\n")
         head.append_text(self._why(eg, choices, costs))
-        self.query_one("#detail-head", Static).update(head, layout=False)  # fixed height: no relayout per key
+        self._show_head(head)
         items: list[tuple[tuple[str, int], Text]] = [
             (("form", n), self._form_text(eg, n, cid, costs, times, kz, roots, pins)) for n in cls.nodes]
         for ch in dict.fromkeys(ch for n in cls.nodes for ch in eg.node(n).children if ch != cid):
             child = eg.eclass(ch)
             items.append((("child", ch), Text.assemble(
                 ("→ ", "bold cyan"), (f"c{ch}", "underline cyan"),
-                f" {shape_text(child.shape)} {child.dtype}, {len(child.nodes)} forms")))
+                f" {shape_text(child.shape)} {child.dtype}, {plural(len(child.nodes), 'form')}")))
         self.forms.set_items(items, keep)
         _update_in_place(self.query_one("#explain", Static), Text(self.explanation))
 
@@ -159,7 +176,7 @@ class ClassDetail(Vertical):
         if rivals:
             cost, n = rivals[0]
             text.append(f"; next best n{n} {eg.describe(n).split('(')[0]} {seconds_text(cost)}"
-                        f" (+{seconds_text(cost - best.cost)})", "dim" if cost >= best.cost else "red")
+                        f" ({seconds_text(cost - best.cost, signed=True)})", "dim" if cost >= best.cost else "red")
         else:
             text.append("; the only way to compute it", "dim")
         return text
@@ -191,7 +208,7 @@ class ClassDetail(Vertical):
             text = f"n{a} is n{b}"
         else:
             steps = explain(eg, a, b)
-            text = f"why n{a} = n{b} ({len(steps)} steps):\n" + "\n".join(format_explanation(eg, steps))
+            text = f"why n{a} = n{b} ({plural(len(steps), 'step')}):\n" + "\n".join(format_explanation(eg, steps))
         self.explanation = text
         _update_in_place(self.query_one("#explain", Static), Text(text))
         return text

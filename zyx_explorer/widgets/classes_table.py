@@ -6,7 +6,7 @@ from zyx_explorer.widgets.line_table import Column, LineTable
 
 COLUMNS = (
     Column("class", 7), Column("shape", 14), Column("dtype", 5), Column("forms", 5, right=True),
-    Column("ops", 22), Column("chosen", 20), Column("cost", 9, right=True),
+    Column("ops", 22, flex=True), Column("chosen", 20, flex=True), Column("cost", 9, right=True),
 )
 SORTS = (None, 3, 6, 1, 4)
 """What ``s`` cycles through: id order, most forms first, cheapest, smallest shape, by ops."""

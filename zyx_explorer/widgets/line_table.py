@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from rich.segment import Segment
 from rich.style import Style
+from textual import events
 from textual.geometry import Region
 from textual.strip import Strip
 
@@ -20,6 +21,13 @@ class Column:
     width: int
     right: bool = False
     """Right-justify (numbers)."""
+    flex: bool = False
+    """Takes the width the fixed columns leave (``width`` when the table is not laid out yet, ``MIN_FLEX`` at
+    least): a long text column that shrinks on a narrow terminal instead of pushing the numbers off screen,
+    and grows on a wide one instead of leaving it empty."""
+
+
+MIN_FLEX = 8
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class LineTable(CursorView):
 
     def __init__(self, columns: Sequence[Column], **kwargs) -> None:
         super().__init__(**kwargs)
-        self.columns = list(columns)
+        self._columns = list(columns)
         self.rows: list[Row] = []
         self.shown: list[Row] = []
         self.query_text = ""
@@ -69,6 +77,9 @@ class LineTable(CursorView):
         self._lines: dict[int, str] = {}
         """Formatted text of the shown rows, by index (cleared when rows, filter, sort or columns change)."""
         self._base = self._header = self._cursor = Style()
+        self._widths: tuple[int, ...] = ()
+        self._widths_for = -1
+        """The view width ``_widths`` were computed for (-1: to compute)."""
 
     # -- data ------------------------------------------------------------------------------
 
@@ -99,8 +110,35 @@ class LineTable(CursorView):
         self.cursor = index
         self.refresh()
 
+    @property
+    def columns(self) -> list[Column]:
+        return self._columns
+
+    @columns.setter
+    def columns(self, columns: Sequence[Column]) -> None:
+        self._columns = list(columns)
+        self._widths_for = -1
+        self._lines.clear()
+
+    def widths(self) -> tuple[int, ...]:
+        """Each column's width at the current view width (flex columns share what the fixed ones leave)."""
+        view = self.scrollable_content_region.width
+        if self._widths_for != view:
+            flex = [c for c in self.columns if c.flex]
+            fixed = sum(c.width + 1 for c in self.columns if not c.flex) + len(flex) + 1
+            share = (view - fixed) // len(flex) if flex and view > 0 else None
+            self._widths = tuple(c.width if not c.flex or share is None else max(MIN_FLEX, share) for c in self.columns)
+            self._widths_for = view
+            self._lines.clear()
+        return self._widths
+
     def canvas_width(self) -> int:
-        return sum(c.width + 1 for c in self.columns)
+        return sum(w + 1 for w in self.widths())
+
+    def _on_resize(self, event: events.Resize) -> None:
+        """Flex columns follow the width: the lines formatted for the old one are dropped (CursorView's handler
+        then sizes the canvas)."""
+        self.widths()
 
     @property
     def row_count(self) -> int:
@@ -134,9 +172,9 @@ class LineTable(CursorView):
 
     def _format(self, cells: Sequence[str]) -> str:
         parts = []
-        for column, cell in zip(self.columns, cells):
-            text = cell if len(cell) <= column.width else cell[: column.width - 1] + "…"
-            parts.append(text.rjust(column.width) if column.right else text.ljust(column.width))
+        for column, width, cell in zip(self.columns, self.widths(), cells):
+            text = cell if len(cell) <= width else cell[: width - 1] + "…"
+            parts.append(text.rjust(width) if column.right else text.ljust(width))
         return " ".join(parts) + " "
 
     def render_line(self, y: int) -> Strip:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from zyx_explorer.widgets.line_table import Column, LineTable
 
 COLUMNS = (
-    Column("#", 4, right=True), Column("step", 8), Column("what", 44), Column("where", 14),
-    Column("bytes", 10, right=True), Column("predicted", 10, right=True), Column("measured", 10, right=True),
+    Column("#", 4, right=True), Column("step", 8), Column("what", 44, flex=True), Column("where", 8),
+    Column("bytes", 9, right=True), Column("predicted", 9, right=True), Column("measured", 9, right=True),
 )
 
 

@@ -6,7 +6,7 @@ from engine import Program
 from zyx_explorer.model import shape_text
 from zyx_explorer.widgets.line_table import Column, LineTable, Row
 
-COLUMNS = (Column("name", 12), Column("op", 10), Column("args", 22), Column("shape", 14), Column("dtype", 5))
+COLUMNS = (Column("name", 12), Column("op", 10), Column("args", 22, flex=True), Column("shape", 14), Column("dtype", 5))
 
 
 class ProgramTable(LineTable):

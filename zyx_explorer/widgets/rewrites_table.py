@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zyx_explorer.widgets.line_table import Column, LineTable
 
-COLUMNS = (Column("it", 3, right=True), Column("rule", 26), Column("node", 44), Column("result", 8),
+COLUMNS = (Column("it", 3, right=True), Column("rule", 26), Column("node", 44, flex=True), Column("result", 8),
            Column("merged", 16))
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from zyx_explorer.widgets.line_table import Column, LineTable
 
 COLUMNS = (
-    Column("", 1), Column("device", 22), Column("variant", 38), Column("status", 9), Column("median", 9, right=True),
-    Column("predicted", 9, right=True), Column("cache", 5), Column("reason", 60),
+    Column("", 1), Column("device", 8), Column("variant", 38, flex=True), Column("status", 9), Column("median", 9, right=True),
+    Column("predicted", 9, right=True), Column("cache", 5), Column("reason", 60, flex=True),
 )
 
 

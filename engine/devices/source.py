@@ -1,0 +1,98 @@
+"""What a device actually runs for a kernel variant, as text for the explorer's source pane: OpenCL C on an OpenCL
+device, the native C function (its shared prelude folded), the numpy program of the numpy device, the matmul call
+of the BLAS device.  Showing OpenCL C for a kernel that runs on numpy would describe code that never ran."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.devices.evaluate import Plan
+from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where
+
+REDUCE_UFUNCS = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}
+
+
+@dataclass(frozen=True)
+class Source:
+    """``text`` in ``language`` (a Pygments lexer name), under a ``title`` that says what it is."""
+
+    title: str
+    language: str
+    text: str
+
+
+def device_source(device: Device | None, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+    """What ``device`` runs for ``kernel`` in ``variant`` (OpenCL C when the device is unknown or an OpenCL one)."""
+    from engine.devices.native import NativeDevice
+    from engine.devices.numpy_device import LibraryDevice, NumpyDevice
+
+    if isinstance(device, NativeDevice):
+        return Source("C (native)", "c", fold_prelude(device.source([(kernel, variant)]), kernel.name))
+    if isinstance(device, LibraryDevice):
+        if not device.supports(kernel):
+            return Source("BLAS call", "python", f"# {kernel.name} is no contraction: the BLAS device does not run it")
+        return Source("BLAS call (numpy matmul)", "python", numpy_program(device._plan(kernel), "blas"))
+    if isinstance(device, NumpyDevice):
+        if kernel.stages:
+            return Source("numpy program", "python", f"# {kernel.name}: a row kernel, evaluated stage by stage")
+        return Source("numpy program", "python", numpy_program(device._plan(kernel), "numpy"))
+    from engine.kernel import opencl
+
+    return Source("OpenCL C", "c", opencl.generate(kernel, variant))
+
+
+def fold_prelude(text: str, function: str) -> str:
+    """The C source from the kernel's function on; the includes, typedefs and declarations every native kernel
+    shares before it become one comment line."""
+    match = re.search(rf"^[^\n#]*\b{re.escape(function)}\w*\(", text, re.MULTILINE)
+    if match is None:
+        return text
+    folded = text[: match.start()].count("\n")
+    return f"/* {folded} lines of shared prelude (includes, typedefs, OpenMP reductions, vector math) folded */\n" + \
+        text[match.start():]
+
+
+def numpy_program(p: Plan, kind: str) -> str:
+    """The numpy calls a plan makes per chunk, one line per node: a ufunc writing a reused buffer, a view of an
+    input, the reduce, or (``blas``) the batched ``np.matmul`` of the contraction's two factors."""
+    names: dict[Expr, str] = {}
+
+    def name(e: Expr) -> str:
+        return names.setdefault(e, f"t{len(names)}")
+
+    def line(e: Expr) -> str:
+        target = name(e)
+        if isinstance(e, Load):
+            return f"{target} = in{e.input}[{e.index}]  # a view, no copy"
+        if isinstance(e, Const):
+            return f"{target} = {getattr(e.value, 'value', e.value)!r}  # {e.dtype}"
+        if isinstance(e, Acc):
+            return f"{target} = acc{e.stage}"
+        if isinstance(e, Where):
+            return f"{target} = np.where(in bounds, {name(e.then)}, {name(e.otherwise)})"
+        assert isinstance(e, Op)
+        fn = p.ufuncs.get(e)
+        args = ", ".join(name(a) for a in e.args)
+        if fn is not None and fn.ufunc is not None:
+            slot = p.slots.get(e)
+            out = "" if slot is None else f", out=out{-1 - slot}" if slot < 0 else f", out=buf{slot}"
+            return f"{target} = np.{fn.ufunc.__name__}({args}{out})"
+        return f"{target} = {e.op}({args})  # numpy, rounded to {e.dtype}"
+
+    k = p.kernel
+    chunks = p.chunk_count
+    lines = [f"# {kind}: {k.name} over {list(k.shape)} in {chunks} chunk{'s' if chunks != 1 else ''}"]
+    if k.reduce is not None:
+        head = f"# reduce {k.reduce.op} over {', '.join(f'{v.name} < {v.size}' for v in k.reduce.vars)}"
+        if p.factors is not None or p.dot is not None:
+            a, b = p.factors or p.dot  # type: ignore[misc]
+            lines += [head + ": a contraction", *(line(e) for e in p.body),
+                      f"acc0 = np.matmul({name(a)}, {name(b)})  # batched, reshaped to (batch, m, k) @ (batch, k, n)"]
+        else:
+            combine = REDUCE_UFUNCS.get(k.reduce.op, k.reduce.op)
+            lines += [head, *(line(e) for e in p.body), f"acc0 = np.{combine}.reduce({name(k.reduce.body)}, axis=reduce axes)"]
+    lines += ["# outputs", *(line(e) for e in p.outputs if e not in names)]
+    lines += [f"out{i} = {name(e)}" for i, e in enumerate(k.outputs) if p.slots.get(e) != -1 - i]
+    return "\n".join(lines)
