@@ -29,6 +29,7 @@ from engine.plan import ExecPlan, Execution, Launch, StepError, build_plan, exec
 from engine.program.primitives import PrimGraph
 from engine.program.program import Program
 from engine.program.reference import evaluate
+from engine.program.values import check_inputs
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, predict, suggest
 from engine.tuning.links import Link, LinkCache, measured_links, transfer_time
 from engine.tuning.search import lost
@@ -258,10 +259,14 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
 
 
 def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
-    """Execute the plan on the program's input values (or ``inputs``) and verify it against the reference."""
+    """Execute the plan on the program's input values (or ``inputs``) and verify it against the reference.
+
+    Raises InputError, before running anything, when an array of ``inputs`` is missing or of the wrong shape
+    or dtype."""
     program = compilation.program
     assert compilation.plan is not None
-    values = dict(program.input_values() if inputs is None else inputs)
+    values = program.input_values() if inputs is None else check_inputs(
+        {i.name: (i.shape, i.dtype) for i in program.inputs}, inputs)
     by_name = {d.name: d for d in compilation.devices}
     while True:  # a step that fails: re-plan without its kernel (or its device, if lost) and run again
         try:

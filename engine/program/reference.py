@@ -15,6 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from engine.program.primitives import PrimGraph, PrimNode
+from engine.program.values import check_inputs
 
 _UNARY = {
     "neg": np.negative,
@@ -116,7 +117,10 @@ def eval_node(node: PrimNode, args: list[np.ndarray]) -> np.ndarray:
 
 
 def evaluate(graph: PrimGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Evaluate ``graph`` on input arrays (by leaf name); returns output name -> array."""
+    """Evaluate ``graph`` on input arrays (by leaf name); returns output name -> array.
+
+    Raises InputError when an input array is missing or of the wrong shape or dtype."""
+    inputs = check_inputs({n.param: (n.shape, n.dtype) for n in graph.nodes if n.op == "leaf"}, inputs)
     users: list[list[int]] = [[] for _ in graph.nodes]
     for i, node in enumerate(graph.nodes):
         for a in node.args:
@@ -146,9 +150,7 @@ def evaluate(graph: PrimGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np
         if i in deferred:
             continue
         if node.op == "leaf":
-            value = np.asarray(inputs[node.param])
-            assert value.shape == node.shape, (node.param, value.shape, node.shape)
-            result = value
+            result = inputs[node.param]
         else:
             with np.errstate(all="ignore"):
                 if node.op == "reduce_sum" and node.args[0] in deferred:
