@@ -44,8 +44,9 @@ CACHE_LINE = 64
 ENV = "ZYX_EXPLORE_CC"
 """Environment variable naming the C compiler (a command on PATH or a path)."""
 CANDIDATES = ("cc", "gcc", "clang")
-BASE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-w")
-"""Optimised for this CPU; no ``-ffast-math`` (NaN, infinities and rounding as the reference has them)."""
+BASE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fwrapv", "-fPIC", "-shared", "-w")
+"""Optimised for this CPU; no ``-ffast-math`` (NaN, infinities and rounding as the reference has them);
+``-fwrapv``: integer overflow wraps as in numpy, so the optimiser may not assume it away."""
 CONFIGS: tuple[tuple[tuple[str, ...], tuple[str, ...], bool, bool], ...] = (
     (("-mprefer-vector-width=512", "-fopenmp"), ("-lmvec", "-lm"), True, True),
     (("-fopenmp",), ("-lmvec", "-lm"), True, True),

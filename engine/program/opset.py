@@ -136,8 +136,12 @@ def _lower_binary(prim: str, kind: str) -> Callable[..., Any]:
 
 
 def _lower_minimum(em, a, b):
+    """-max(-a, -b) for floats; integers select by comparison, as negating the smallest integer wraps to itself."""
     _forbid_bool("minimum", a, b)
-    return -((-a).maximum(-b))
+    if not promote(a.dtype, b.dtype).is_int:
+        return -((-a).maximum(-b))
+    take_a = a.cmplt(b)
+    return a * take_a.cast(a.dtype) + b * take_a.logical_not().cast(b.dtype)
 
 
 def _lower_exp(em, x):
@@ -149,8 +153,10 @@ def _lower_log(em, x):
 
 
 def _lower_abs(em, x):
+    """relu(x) + relu(-x) for floats (+0 for -0); max(x, -x) for integers, which keeps abs(INT_MIN) = INT_MIN
+    as numpy, torch and C do."""
     _forbid_bool("abs", x)
-    return x.relu() + (-x).relu()
+    return x.maximum(-x) if x.dtype.is_int else x.relu() + (-x).relu()
 
 
 def _lower_sigmoid(em, x):
