@@ -138,7 +138,17 @@ def mul_neg_one() -> Case:
 
 @case
 def add_zero() -> Case:
-    return _binary("add-zero", "add", 0.0, lambda eg, x: x)
+    return _binary("add-zero", "add", -0.0, lambda eg, x: x)
+
+
+@case
+def add_zero_float() -> Case:
+    return _binary("add-zero-float", "add", 0.0, lambda eg, x: x)
+
+
+@case
+def sub_zero_float() -> Case:
+    return _binary("sub-zero-float", "sub", -0.0, lambda eg, x: x)
 
 
 @case
@@ -452,7 +462,7 @@ def test_fast_math_rules_only_on_request():
     fast = {rule.name for rule in default_rules(fast_math=True)}
     assert fast == {rule.name for rule in ALL_RULES}
     assert exact == fast - FAST_MATH
-    assert {"sub-self-float", "mul-zero-float", "log2-exp2", "exp2-log2"} == FAST_MATH
+    assert {"add-zero-float", "sub-zero-float", "sub-self-float", "mul-zero-float", "log2-exp2", "exp2-log2"} == FAST_MATH
 
 
 @pytest.mark.parametrize("make", [m for m in CASES if m().rule in FAST_MATH], ids=lambda m: m().rule)
@@ -511,6 +521,7 @@ def test_constant_fold_needs_a_splat():
 
 @pytest.mark.parametrize(("rule", "op", "value"), [("mul-one", "mul", 2.0), ("mul-neg-one", "mul", 1.0),
                                                    ("add-zero", "add", 1.0), ("sub-zero", "sub", -1.0),
+                                                   ("add-zero", "add", 0.0), ("sub-zero", "sub", -0.0),
                                                    ("div-one", "div", -1.0)])
 def test_identity_needs_its_constant(rule, op, value):
     eg = EGraph()
