@@ -91,6 +91,17 @@ def _float(x):
     return x if x.dtype.is_float else x.cast(DType.F32)
 
 
+def _wide(x):
+    """``x`` in the dtype its sums accumulate in: f32 for f16 (as torch does: 1000 halves of 100 overflow f16
+    before a mean scales them, and so does ``d * d`` of one outlier), f32 for integers and bool, else its own."""
+    return x.cast(DType.F32) if x.dtype in (DType.F16, DType.BOOL) or x.dtype.is_int else x
+
+
+def _narrow(y, dtype: DType):
+    """A result computed by ``_wide`` back in f16 when that was the input's dtype."""
+    return y.cast(DType.F16) if dtype == DType.F16 else y
+
+
 def _int_bounds(dtype: DType) -> tuple[int, int]:
     """The smallest and largest value of an integer dtype."""
     half = 2 ** (8 * dtype.itemsize - 1)
@@ -283,6 +294,8 @@ def _lower_reduce(prim: str) -> Callable[..., Any]:
             raise ShapeError(f"max over an empty axis of {_fmt(x.shape)} has no value", "attrs.axes")
         if not axes:
             return x
+        if prim == "reduce_sum" and x.dtype == DType.F16:  # accumulated in f32 (see _wide)
+            return x.cast(DType.F32).sum(axes, keepdim).cast(DType.F16)
         out = em.emit(prim, (x,), axes)
         return _keep(x, out, axes) if keepdim else out
 
@@ -290,16 +303,22 @@ def _lower_reduce(prim: str) -> Callable[..., Any]:
 
 
 def _lower_mean(em, x, axes, keepdim):
+    """The sum times 1/count; integers are summed exactly in i64 (an f32 sum of large i64 values rounds),
+    f16 in f32; the mean of integers is f32."""
     axes = normalize_axes(axes, x.ndim)
     count = math.prod(x.shape[a] for a in axes)
-    return _float(x).sum(axes, keepdim) * (1 / count if count else math.nan)
+    scale = 1 / count if count else math.nan
+    if x.dtype.is_int or x.dtype == DType.BOOL:
+        return x.cast(DType.I64).sum(axes, keepdim).cast(DType.F32) * scale
+    return _narrow(_wide(x).sum(axes, keepdim) * scale, x.dtype)
 
 
 def _lower_var(em, x, axes, keepdim, correction):
     axes = normalize_axes(axes, x.ndim)
     count = math.prod(x.shape[a] for a in axes) - correction
-    d = _float(x) - x.mean(axes, keepdim=True)
-    return (d * d).sum(axes, keepdim) * (1 / count if count > 0 else math.nan)
+    w = _wide(x)
+    d = w - w.mean(axes, keepdim=True)
+    return _narrow((d * d).sum(axes, keepdim) * (1 / count if count > 0 else math.nan), x.dtype)
 
 
 # -- neural-network ops ----------------------------------------------------------------
@@ -319,9 +338,10 @@ def _lower_matmul(em, a, b):
     except ShapeError:
         raise ShapeError(f"matmul batch dimensions do not broadcast: {_fmt(a.shape)} @ {_fmt(b.shape)}") from None
     dtype = promote(a.dtype, b.dtype)
-    a = a.cast(dtype).expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
-    b = b.cast(dtype).expand(batch + (k, n)).transpose().reshape(batch + (1, n, k)).expand(batch + (m, n, k))
-    return (a * b).sum(-1)
+    wide = DType.F32 if dtype == DType.F16 else dtype  # f16 products are exact in f32, and summed there
+    a = a.cast(wide).expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
+    b = b.cast(wide).expand(batch + (k, n)).transpose().reshape(batch + (1, n, k)).expand(batch + (m, n, k))
+    return _narrow((a * b).sum(-1), dtype)
 
 
 def _lower_softmax(em, x, axis):
@@ -343,16 +363,18 @@ def _affine(y, weight, bias):
 
 
 def _lower_layernorm(em, x, weight=None, bias=None, *, axis, eps):
+    """Normalised in f32 for f16 input (``d * d`` of an outlier overflows f16), then the affine part."""
     axis = normalize_axis(axis, x.ndim, "axis")
-    d = _float(x) - x.mean(axis, keepdim=True)
+    w = _wide(x)
+    d = w - w.mean(axis, keepdim=True)
     y = d * ((d * d).mean(axis, keepdim=True) + eps).sqrt().recip()
-    return _affine(y, weight, bias)
+    return _affine(_narrow(y, x.dtype), weight, bias)
 
 
 def _lower_rmsnorm(em, x, weight=None, *, axis, eps):
     axis = normalize_axis(axis, x.ndim, "axis")
-    x = _float(x)
-    return _affine(x * ((x * x).mean(axis, keepdim=True) + eps).sqrt().recip(), weight, None)
+    w = _wide(x)
+    return _affine(_narrow(w * ((w * w).mean(axis, keepdim=True) + eps).sqrt().recip(), x.dtype), weight, None)
 
 
 def _windows(x, axis: int, k: int, stride: int):
@@ -389,13 +411,14 @@ def _lower_conv2d(em, x, w, bias=None, *, stride, padding):
         raise ShapeError(f"conv2d bias must have shape [{o}], got {_fmt(bias.shape)}")
     _forbid_bool("conv2d", x, w)
     dtype = promote(x.dtype, w.dtype)
-    x = x.cast(dtype).pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    wide = DType.F32 if dtype == DType.F16 else dtype  # as in matmul
+    x = x.cast(wide).pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
     win = _windows(_windows(x, 2, kh, stride), 4, kw, stride)  # [N, C, KH, OH, KW, OW]
     oh, ow = win.shape[3], win.shape[5]
     full = (n, o, oh, ow, c, kh, kw)
     patches = win.permute(0, 3, 5, 1, 2, 4).reshape(n, 1, oh, ow, c, kh, kw).expand(full)
-    kernel = w.cast(dtype).reshape(1, o, 1, 1, c, kh, kw).expand(full)
-    out = (patches * kernel).sum((4, 5, 6))
+    kernel = w.cast(wide).reshape(1, o, 1, 1, c, kh, kw).expand(full)
+    out = _narrow((patches * kernel).sum((4, 5, 6)), dtype)
     return out if bias is None else out + bias.reshape(1, o, 1, 1)
 
 
