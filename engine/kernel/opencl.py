@@ -500,6 +500,8 @@ class _Emitter:
             return f"{literal(1, dtype)} / {x}"
         if op == "not":
             return f"!{x}"
+        if op == "exp2":  # PoCL folds exp2 of a NaN it can prove (a NaN constant times x) to garbage
+            return f"isnan({x}) ? {x} : exp2({x})"
         return f"{op}({x})"
 
     def binary(self, op: str, x: str, y: str, dtype: DType) -> str:
