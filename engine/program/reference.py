@@ -2,8 +2,9 @@
 
 Each primitive is evaluated as plainly as numpy allows.  One exception keeps big
 programs tractable: a ``reduce_sum`` of a ``mul`` whose operands are broadcast
-(``expand``) views is contracted with ``np.einsum`` over the un-broadcast
-operands, so a matmul never materialises its ``[m, n, k]`` product.  Floating
+(``expand``) views is contracted with ``np.einsum`` over the operands without
+their broadcast axes (summed axes excepted), so a matmul never materialises its
+``[m, n, k]`` product; every product is still formed and summed, never regrouped.  Floating
 point is computed in at least float32 and rounded to the node's dtype after
 every op, as a device would.
 """
@@ -83,9 +84,13 @@ def _unbroadcast(x: np.ndarray, keep: set[int] | frozenset[int] = frozenset()) -
 
 
 def contract(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """sum(a * b, axes) without forming a * b."""
-    b0, kb = _unbroadcast(b)
-    a0, ka = _unbroadcast(a, set(range(a.ndim)) - set(kb))  # an axis broadcast in both stays (as a view) in a
+    """sum(a * b, axes) without forming a * b.
+
+    A summed axis stays in both operands even where one is broadcast along it: dropping it would compute
+    ``a * sum(b)``, which differs from the sum of the products where they hold infinities (inf * [1, -1] sums
+    to NaN)."""
+    b0, kb = _unbroadcast(b, set(axes))
+    a0, ka = _unbroadcast(a, (set(range(a.ndim)) - set(kb)) | set(axes))  # an axis broadcast in both stays in a
     keep = [i for i in range(a.ndim) if i not in axes]
     return np.einsum(a0, ka, b0, kb, keep, optimize=True)
 
