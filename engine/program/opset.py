@@ -174,14 +174,33 @@ def _lower_sigmoid(em, x):
     return ((-_float(x)).exp() + 1).recip()
 
 
+TANH_SERIES = 0.05
+"""Below this |x|, tanh is its Taylor series: ``2 * sigmoid(2x) - 1`` cancels to 0 near zero (tanh(1e-8) = 0)."""
+_TANH_TAYLOR = (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835)  # error < 1e-15 relative below TANH_SERIES
+
+
 def _lower_tanh(em, x):
-    return (_float(x) * 2).sigmoid() * 2 - 1
+    """``2 * sigmoid(2x) - 1``, blended with the Taylor series near zero to keep relative accuracy.
+
+    The blend is by a 0/1 mask, so the series sees x clamped to the small range (finite there, so
+    ``series * 0`` is 0 for big or infinite x), and the sigmoid form is finite wherever the mask is 1.
+    """
+    x = _float(x)
+    small = x.abs().cmplt(TANH_SERIES).cast(x.dtype)
+    c = x.minimum(TANH_SERIES).maximum(-TANH_SERIES)
+    c2 = c * c
+    poly = x.const(_TANH_TAYLOR[-1], x.dtype)
+    for coefficient in reversed(_TANH_TAYLOR[:-1]):
+        poly = poly * c2 + coefficient
+    return (c * poly) * small + ((x * 2).sigmoid() * 2 - 1) * (1 - small)
 
 
 def _lower_gelu(em, x):
-    """The tanh approximation of GELU (as in GPT-2 and PyTorch's approximate='tanh')."""
+    """The tanh approximation of GELU (as in GPT-2 and PyTorch's approximate='tanh'), as ``x * sigmoid(2u)``:
+    ``0.5 * (1 + tanh(u))`` is that sigmoid, which keeps relative accuracy in the negative tail where
+    ``1 + tanh(u)`` cancels."""
     x = _float(x)
-    return x * 0.5 * ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh() + x * 0.5
+    return x * ((x + x * x * x * 0.044715) * (2 * math.sqrt(2 / math.pi))).sigmoid()
 
 
 def _lower_silu(em, x):
