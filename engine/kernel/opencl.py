@@ -433,10 +433,13 @@ class _Emitter:
         return self.bounds(e.bounds)
 
     def bounds(self, bounds: tuple[Bound, ...]) -> str:
-        """C condition of ``bounds``, leaving out the checks the index ranges prove."""
+        """C condition of ``bounds``, leaving out the checks the index ranges prove; ``0`` when they prove one
+        false (a constant operand of ``&&`` makes compilers warn)."""
         checks = []
         for b in bounds:
             lo, hi = b.index.bounds
+            if hi < b.lo or lo >= b.hi:
+                return "0"
             text = self.index(b.index)
             if lo < b.lo:
                 checks.append(f"{text} >= {b.lo}")
