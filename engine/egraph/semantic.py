@@ -62,7 +62,7 @@ def special_inputs(egraph: EGraph, seed: int = 0) -> dict[str, np.ndarray]:
     for integers 0, ±1 and the extremes.  Random values alone never hit ``-0.0 + 0.0 = +0.0``."""
     rng = np.random.default_rng(seed + 1)
     values = random_inputs(egraph, seed)
-    for name, value in values.items():
+    for value in values.values():
         specials = _specials(value.dtype)
         if specials is None or not value.size:
             continue

@@ -155,6 +155,15 @@ def _lower_minimum(em, a, b):
     return a * take_a.cast(a.dtype) + b * take_a.logical_not().cast(b.dtype)
 
 
+def _float_composite(op: str, lower: Callable[..., Any]) -> Callable[..., Any]:
+    """A float-only composite: integers compute in f32, bool is refused as by the primitives it lowers to."""
+    def checked(em, x):
+        _forbid_bool(op, x)
+        return lower(em, x)
+
+    return checked
+
+
 def _lower_exp(em, x):
     return (_float(x) * (1 / math.log(2))).exp2()
 
@@ -286,8 +295,8 @@ def _lower_pad(em, x, padding, value):
         if (isinstance(value, float) and not value.is_integer()) or not low <= value <= high:
             raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value")
     try:
-        fill = bool(value) if x.dtype == DType.BOOL else (int(value) if x.dtype.is_int else float(value))
-    except OverflowError:
+        fill = bool(value) if x.dtype == DType.BOOL else x.dtype.scalar(int(value) if x.dtype.is_int else float(value))
+    except (OverflowError, DTypeError):
         raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value") from None
     return x if all(p == (0, 0) for p in padding) else em.emit("pad", (x,), (padding, fill))
 
@@ -344,8 +353,18 @@ def _lower_var(em, x, axes, keepdim, correction):
 
 
 def _lower_matmul(em, a, b):
-    if a.ndim < 2 or b.ndim < 2:
-        raise ShapeError(f"matmul needs tensors of rank >= 2, got {_fmt(a.shape)} @ {_fmt(b.shape)}")
+    """numpy's matmul: a rank-1 ``a`` is a row [1, K] and a rank-1 ``b`` a column [K, 1], whose added axis the
+    result drops again."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul needs tensors of rank >= 1, got {_fmt(a.shape)} @ {_fmt(b.shape)}")
+    if a.ndim == 1 or b.ndim == 1:
+        row, column = a.ndim == 1, b.ndim == 1
+        if a.shape[-1] != b.shape[0 if column else -2]:
+            raise ShapeError(f"matmul inner dimensions differ: {_fmt(a.shape)} @ {_fmt(b.shape)}")
+        out = _lower_matmul(em, a.reshape(1, *a.shape) if row else a, b.reshape(*b.shape, 1) if column else b)
+        drop = {out.ndim - 2} if row else set()
+        drop |= {out.ndim - 1} if column else set()
+        return out.reshape(tuple(d for i, d in enumerate(out.shape) if i not in drop))
     (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
     if k != k2:
         raise ShapeError(
@@ -485,7 +504,7 @@ def _specs() -> dict[str, OpSpec]:
         OpSpec("max", _lower_reduce("reduce_max"), (1, 1), _REDUCE_ATTRS, "maximum over axes"),
         OpSpec("mean", _lower_mean, (1, 1), _REDUCE_ATTRS, "mean over axes"),
         OpSpec("var", _lower_var, (1, 1), {**_REDUCE_ATTRS, "correction": Attr(attr_types.parse_int, 0)}, "variance over axes"),
-        OpSpec("matmul", _lower_matmul, (2, 2), {}, "batched, broadcasting matrix product"),
+        OpSpec("matmul", _lower_matmul, (2, 2), {}, "batched, broadcasting matrix product (rank-1 operands as numpy)"),
         OpSpec("softmax", _lower_softmax, (1, 1), _AXIS, "softmax along an axis"),
         OpSpec("log_softmax", _lower_log_softmax, (1, 1), _AXIS, "log of softmax along an axis"),
         OpSpec("layernorm", _lower_layernorm, (1, 3), {**_AXIS, "eps": Attr(attr_types.parse_float, 1e-5)},
@@ -497,13 +516,13 @@ def _specs() -> dict[str, OpSpec]:
         OpSpec("attention", _lower_attention, (3, 3), {"scale": Attr(_optional_float, None)},
                "scaled dot-product attention softmax(q @ k^T * scale) @ v"),
         OpSpec("minimum", _lower_minimum, (2, 2), {}, "elementwise minimum (broadcasting)"),
-        OpSpec("exp", _lower_exp, (1, 1), {}, "e ** x"),
-        OpSpec("log", _lower_log, (1, 1), {}, "natural logarithm"),
+        OpSpec("exp", _float_composite("exp", _lower_exp), (1, 1), {}, "e ** x"),
+        OpSpec("log", _float_composite("log", _lower_log), (1, 1), {}, "natural logarithm"),
         OpSpec("abs", _lower_abs, (1, 1), {}, "absolute value"),
-        OpSpec("sigmoid", _lower_sigmoid, (1, 1), {}, "1 / (1 + e ** -x)"),
-        OpSpec("tanh", _lower_tanh, (1, 1), {}, "hyperbolic tangent"),
-        OpSpec("gelu", _lower_gelu, (1, 1), {}, "GELU, tanh approximation"),
-        OpSpec("silu", _lower_silu, (1, 1), {}, "x * sigmoid(x)"),
+        OpSpec("sigmoid", _float_composite("sigmoid", _lower_sigmoid), (1, 1), {}, "1 / (1 + e ** -x)"),
+        OpSpec("tanh", _float_composite("tanh", _lower_tanh), (1, 1), {}, "hyperbolic tangent"),
+        OpSpec("gelu", _float_composite("gelu", _lower_gelu), (1, 1), {}, "GELU, tanh approximation"),
+        OpSpec("silu", _float_composite("silu", _lower_silu), (1, 1), {}, "x * sigmoid(x)"),
     ]
     specs += [OpSpec(op, _lower_prim_unary(op), (1, 1), {}, f"primitive {op}") for op in UNARY_OPS]
     binaries = {"add": "arith", "sub": "arith", "mul": "arith", "div": "arith", "pow": "arith", "maximum": "arith",
