@@ -106,6 +106,13 @@ def commute() -> Case:
 
 
 @case
+def commute_max_float() -> Case:
+    eg = EGraph()
+    x, y = leaf(eg), leaf(eg, "y")
+    return Case("commute-max-float", eg, eg.add("max", [x, y]), T("max", y, x))
+
+
+@case
 def commute_logic() -> Case:
     eg = EGraph()
     x, y = leaf(eg, dtype=BOOL), leaf(eg, "y", dtype=BOOL)
@@ -462,7 +469,7 @@ def test_fast_math_rules_only_on_request():
     fast = {rule.name for rule in default_rules(fast_math=True)}
     assert fast == {rule.name for rule in ALL_RULES}
     assert exact == fast - FAST_MATH
-    assert {"add-zero-float", "sub-zero-float", "sub-self-float", "mul-zero-float", "log2-exp2", "exp2-log2"} == FAST_MATH
+    assert {"commute-max-float", "add-zero-float", "sub-zero-float", "sub-self-float", "mul-zero-float", "log2-exp2", "exp2-log2"} == FAST_MATH
 
 
 @pytest.mark.parametrize("make", [m for m in CASES if m().rule in FAST_MATH], ids=lambda m: m().rule)

@@ -23,12 +23,22 @@ x, y = Var("x"), Var("y")
 COMMUTATIVE_OPS = ("add", "mul", "max", "eq", "noteq", "and", "or")
 
 
+def _swapped(egraph: EGraph, node: NodeId, floats: bool) -> Iterator[tuple[NodeId, TermLike]]:
+    op, _, (a, b) = egraph.node(node)
+    if egraph.find(a) != egraph.find(b) and (op != "max" or egraph.eclass(node).dtype.is_float == floats):
+        yield node, T(op, b, a)
+
+
 @procedural("commute", COMMUTATIVE_OPS, depth=0)
 def commute(egraph: EGraph, node: NodeId) -> Iterator[tuple[NodeId, TermLike]]:
-    """a op b = b op a for add, mul, max, eq, noteq, and, or."""
-    op, _, (a, b) = egraph.node(node)
-    if egraph.find(a) != egraph.find(b):
-        yield node, T(op, b, a)
+    """a op b = b op a for add, mul, eq, noteq, and, or, and max of integers."""
+    yield from _swapped(egraph, node, floats=False)
+
+
+@procedural("commute-max-float", ("max",), depth=0, exact=False)
+def commute_max_float(egraph: EGraph, node: NodeId) -> Iterator[tuple[NodeId, TermLike]]:
+    """max(a, b) = max(b, a) for floats (fast-math: a tie of -0.0 and +0.0 gives the first, as numpy's)."""
+    yield from _swapped(egraph, node, floats=True)
 
 
 def splat_term(scalar: Scalar, shape: Shape) -> TermLike:
@@ -101,6 +111,7 @@ def _folded(name: str, lhs: Pat, when: Condition, doc: str) -> list[Rule]:
 
 RULES: list[Rule] = [
     commute,
+    commute_max_float,
     constant_fold,
     rewrite("mul-one", P("mul", x, y), x, _is(1), doc="x * 1 = x"),
     rewrite("mul-neg-one", P("mul", x, y), P("neg", x), _is(-1), doc="x * -1 = -x"),
