@@ -182,12 +182,17 @@ def _sample(got: np.ndarray, want: np.ndarray, seed: int = 0) -> tuple[np.ndarra
 
 
 def _max_error(got: np.ndarray, want: np.ndarray, dtype: DType, finite_only: bool) -> float | None:
-    """The largest difference if ``got`` and ``want`` disagree beyond ``dtype``'s tolerance, else None."""
+    """The largest difference if ``got`` and ``want`` disagree beyond ``dtype``'s tolerance, else None; inf
+    for zeros of different signs (unless ``finite_only``: fast-math ignores signed zeros too)."""
     got, want = _sample(np.broadcast_to(got, want.shape), want)
     g, w = got.astype(np.float64), want.astype(np.float64)
     if finite_only:
         mask = np.isfinite(g) & np.isfinite(w)
         g, w = g[mask], w[mask]
+    elif dtype.is_float:  # -0.0 and +0.0 compare equal, but 1 / x tells them apart
+        zeros = (g == 0) & (w == 0)
+        if np.any(np.signbit(g[zeros]) != np.signbit(w[zeros])):
+            return float("inf")
     rtol, atol = dtype.tolerance
     finite = np.abs(w[np.isfinite(w)])
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
