@@ -15,6 +15,8 @@ import warnings
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from engine import DType, Init, Tensor, from_tensors
 from engine.devices import LibraryDevice, NumpyDevice
@@ -46,6 +48,9 @@ def assert_matches(got: np.ndarray, want: np.ndarray, dtype: DType) -> None:
     """Equal shapes, NaN where the oracle has NaN, the same infinities, finite values within ``dtype``'s tolerance."""
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape, (got.shape, want.shape)
+    if not dtype.is_float:
+        np.testing.assert_array_equal(got, want)
+        return
     g, w = got.astype(np.float64), want.astype(np.float64)
     assert np.array_equal(np.isnan(g), np.isnan(w)), (got, want)
     assert np.array_equal(g[np.isinf(w)], w[np.isinf(w)]) and not np.isinf(g[~np.isinf(w)]).any(), (got, want)
@@ -296,3 +301,102 @@ def test_opencl_compiles_guards_without_compiler_warnings(monkeypatch):
         warnings.simplefilter("always")
         on(DEVICE_SETS["opencl"], [s.pad(((-1, 2), (1, -3)), -7.0).named("y")], {"y": grown[1:, :4]})
     assert not [w for w in caught if "Compiler" in type(w.message).__name__], [str(w.message) for w in caught]
+
+
+# -- the property: random programs at the edges, on every device --------------------------------------------
+
+
+FLOAT_SPECIALS = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0]
+"""No huge or tiny magnitudes: a device keeps f16 in f32 registers, where 2 * 65504 is not yet inf."""
+FLOAT_OPS = ["neg", "abs", "relu", "recip", "sqrt", "exp", "tanh", "add", "sub", "mul", "maximum", "minimum",
+             "sum", "mean", "max"]
+INT_OPS = ["neg", "abs", "relu", "add", "sub", "mul", "maximum", "minimum", "sum", "max"]
+
+
+def _widened(f, *xs):
+    """``f`` on float16 arrays computed in float32 and rounded back, as the reference does."""
+    out_dtype = xs[0].dtype
+    with np.errstate(all="ignore"):
+        return np.asarray(f(*(x.astype(np.float32) if x.dtype == np.float16 else x for x in xs))).astype(out_dtype)
+
+
+def _oracle(op: str, x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
+    """Plain numpy, written apart from the engine: ties of a max keep the first operand (numpy's rule)."""
+    n = x.shape[axis] if x.ndim else 1
+    table = {
+        "neg": lambda a: -a, "abs": np.abs, "relu": lambda a: np.maximum(a, np.zeros((), a.dtype)),
+        "recip": lambda a: 1 / a, "sqrt": np.sqrt, "exp": np.exp,
+        "tanh": lambda a: np.tanh(a) + np.zeros((), a.dtype),  # tanh(-0.0) is +0.0 (documented)
+        "add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+        "sum": lambda a: np.sum(a, axis, keepdims=True, dtype=a.dtype),
+        "mean": lambda a: np.sum(a, axis, keepdims=True) * np.asarray(1 / n if n else math.nan, a.dtype),
+        "max": lambda a: np.max(a, axis, keepdims=True) + np.zeros((), a.dtype),
+    }
+    f = table[op]
+    return _widened(f, x, y) if op in ("add", "sub", "mul", "maximum", "minimum") else _widened(f, x)
+
+
+def _apply(op: str, t: Tensor, y: Tensor, axis: int) -> Tensor:
+    if op in ("add", "sub", "mul", "maximum", "minimum"):
+        return {"add": t + y, "sub": t - y, "mul": t * y}.get(op) or getattr(t, op)(y)
+    if op in ("sum", "mean"):
+        return getattr(t, op)(axis, keepdim=True)
+    if op == "max":  # a tie of -0.0 and +0.0 may go either way in a split reduce: + 0.0 makes it +0.0
+        return t.max(axis, keepdim=True) + t.const(0, t.dtype)
+    return -t if op == "neg" else getattr(t, op)()
+
+
+def _values(draw, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    if dtype.is_float:
+        pool = st.one_of(st.sampled_from(FLOAT_SPECIALS), st.floats(0.5, 3.0), st.floats(-3.0, -0.5))
+    else:
+        info = np.iinfo(dtype.numpy)
+        pool = st.one_of(st.sampled_from([0, 1, -1, int(info.min), int(info.max), int(info.min) + 1]),
+                         st.integers(-100, 100))
+    flat = draw(st.lists(pool, min_size=math.prod(shape), max_size=math.prod(shape)))
+    return np.array(flat, dtype.numpy).reshape(shape)
+
+
+@st.composite
+def edge_programs(draw):
+    """(program, oracle outputs, dtype): inputs of edge shapes and values, 1 to 4 ops with their numpy value."""
+    dtype = draw(st.sampled_from([F32, F16, F64, I32, I64]))
+    shape = tuple(draw(st.lists(st.sampled_from([0, 1, 2, 3, 5, 7]), min_size=1, max_size=3)))
+    y_shape = tuple(1 if draw(st.booleans()) else d for d in shape)
+    xv, yv = _values(draw, shape, dtype), _values(draw, y_shape, dtype)
+    x, y = given_values("x", xv, dtype), given_values("y", yv, dtype)
+    t, v = x, xv
+    menu = FLOAT_OPS if dtype.is_float else INT_OPS
+    ops = []
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from([o for o in menu if not (o == "exp" and dtype == F16)]))
+        axis = draw(st.integers(0, len(shape) - 1))
+        if op == "max" and v.shape[axis] == 0:
+            continue  # no value: a located error (tested by the loader)
+        t, v = _apply(op, t, y, axis), _oracle(op, v, yv, axis)
+        ops.append(op)
+    return from_tensors([t.named("out")], description=" ".join(ops)), {"out": v}, t.dtype
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(edge_programs())
+def test_edge_programs(case):
+    """The reference and every device agree with numpy on empty, size-1 and odd shapes, ±0, ±inf, NaN, integer
+    extremes and f16."""
+    program, oracle, dtype = case
+    assert_matches(evaluate(program.lower(), program.input_values())["out"], oracle["out"], dtype)
+    for devices in DEVICE_SETS.values():
+        c = compile_program(program, devices, PREDICTED)
+        assert_matches(c.execution.outputs["out"], oracle["out"], dtype)
+        assert c.verification.ok, c.verification
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(edge_programs())
+def test_edge_programs_tuned(case):
+    """Every variant tuning tries is verified, and the tuned plan on all devices together agrees with numpy."""
+    program, oracle, dtype = case
+    devices = [d for ds in DEVICE_SETS.values() for d in ds]
+    c = compile_program(program, devices, Options(tune_budget=Budget(variants=3, seconds=1.0), tune_cache=False))
+    assert_matches(c.execution.outputs["out"], oracle["out"], dtype)
+    assert c.verification.ok, c.verification

@@ -60,7 +60,7 @@ class Init:
         elif self.kind == "arange":
             data = (p["start"] + p["step"] * np.arange(math.prod(shape), dtype=np.float64)).reshape(shape)
         elif self.kind == "values":
-            data = np.asarray(p["values"])
+            data = np.asarray(p["values"]).reshape(shape)  # [] stands for every empty shape
         else:
             data = np.load(p["path"], allow_pickle=False)
         if dtype == DType.BOOL and self.kind in ("normal", "uniform", "arange"):
@@ -152,7 +152,7 @@ def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dty
             raise InitError("values are ragged: every row must have the same length", "values") from None
         if data.dtype == object or not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
             raise InitError("values must be numbers or booleans in nested lists", "values")
-        if data.shape != shape:
+        if data.shape != shape and not data.size == math.prod(shape) == 0:
             raise InitError(f"values have shape {list(data.shape)}, but the input's shape is {list(shape)}", "values")
         if not _fits(data, dtype):
             raise InitError(f"values do not fit dtype {dtype} ({_expected(dtype)})", "values")
