@@ -321,7 +321,7 @@ def _widened(f, *xs):
 
 
 def _oracle(op: str, x: np.ndarray, y: np.ndarray, axis: int) -> np.ndarray:
-    """Plain numpy, written apart from the engine: ties of a max keep the first operand (numpy's rule)."""
+    """Plain numpy, written apart from the engine: a tie of a max gives the second operand."""
     n = x.shape[axis] if x.ndim else 1
     table = {
         "neg": lambda a: -a, "abs": np.abs, "relu": lambda a: np.maximum(a, np.zeros((), a.dtype)),

@@ -37,7 +37,7 @@ def commute(egraph: EGraph, node: NodeId) -> Iterator[tuple[NodeId, TermLike]]:
 
 @procedural("commute-max-float", ("max",), depth=0, exact=False)
 def commute_max_float(egraph: EGraph, node: NodeId) -> Iterator[tuple[NodeId, TermLike]]:
-    """max(a, b) = max(b, a) for floats (fast-math: a tie of -0.0 and +0.0 gives the first, as numpy's)."""
+    """max(a, b) = max(b, a) for floats (fast-math: a tie of -0.0 and +0.0 gives the second, as numpy's)."""
     yield from _swapped(egraph, node, floats=True)
 
 
