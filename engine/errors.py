@@ -49,3 +49,7 @@ class DTypeError(GraphError):
 
 class InitError(GraphError):
     """An input's initial value cannot be produced (bad spec, missing or mismatched file)."""
+
+
+class InputError(GraphError):
+    """An array given for a program input is missing or has the wrong shape or dtype."""

@@ -14,7 +14,7 @@ are never built.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +29,7 @@ from engine.plan import ExecPlan, Execution, Launch, StepError, build_plan, exec
 from engine.program.primitives import PrimGraph
 from engine.program.program import Program
 from engine.program.reference import evaluate
+from engine.program.values import check_inputs
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, predict, suggest
 from engine.tuning.links import Link, LinkCache, measured_links, transfer_time
 from engine.tuning.search import lost
@@ -258,10 +259,14 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
 
 
 def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
-    """Execute the plan on the program's input values (or ``inputs``) and verify it against the reference."""
+    """Execute the plan on the program's input values (or ``inputs``) and verify it against the reference.
+
+    Raises InputError, before running anything, when an array of ``inputs`` is missing or of the wrong shape
+    or dtype."""
     program = compilation.program
     assert compilation.plan is not None
-    values = dict(program.input_values() if inputs is None else inputs)
+    values = program.input_values() if inputs is None else check_inputs(
+        {i.name: (i.shape, i.dtype) for i in program.inputs}, inputs)
     by_name = {d.name: d for d in compilation.devices}
     while True:  # a step that fails: re-plan without its kernel (or its device, if lost) and run again
         try:
@@ -279,10 +284,22 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
     return compilation.verification
 
 
-def longest_sum(graph: PrimGraph) -> int:
-    """The most terms any ``reduce_sum`` of ``graph`` adds (1 when it has none)."""
-    return max((math.prod(graph.nodes[n.args[0]].shape[a] for a in n.param)
-                for n in graph.nodes if n.op == "reduce_sum"), default=1)
+def longest_sum(graph: PrimGraph, within: Collection[int] | None = None) -> int:
+    """The most terms any ``reduce_sum`` of ``graph`` (among the nodes ``within``, if given) adds; 1 for none."""
+    nodes = range(len(graph.nodes)) if within is None else within
+    return max((math.prod(graph.nodes[graph.nodes[i].args[0]].shape[a] for a in graph.nodes[i].param)
+                for i in nodes if graph.nodes[i].op == "reduce_sum"), default=1)
+
+
+def cone(graph: PrimGraph, node: int) -> set[int]:
+    """``node`` and every node it depends on."""
+    seen, stack = {node}, [node]
+    while stack:
+        for a in graph.nodes[stack.pop()].args:
+            if a not in seen:
+                seen.add(a)
+                stack.append(a)
+    return seen
 
 
 def _rms(values: np.ndarray) -> float:
@@ -295,22 +312,23 @@ def _rms(values: np.ndarray) -> float:
 def verify(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray], program: Program) -> Verification:
     """Compare each output with the reference (NaNs must match).
 
-    The tolerance is that of the loosest dtype the program computes in: a float16
-    intermediate rounds differently on a device that keeps it in float32 registers.
-    Beside its rtol and atol, an element may be off by ``eps * sqrt(K) * rms(output)``,
-    K the longest sum of the program: two correct float sums of K terms, added in
-    different orders, differ by about sqrt(K) roundings of their partial sums, which near
-    zero exceeds atol (fp32 matmuls with K=4096, whose numpy BLAS reference is itself
-    1.4e-4 from the exact product there); an output of small values (a softmax) gains
-    next to nothing from it.
+    Each output has the tolerance of the loosest dtype among the nodes it is computed
+    from (its own, unless an f16 value flows into it: a float16 intermediate rounds
+    differently on a device that keeps it in float32 registers); an f16 node elsewhere
+    does not relax it.  Beside its rtol and atol, an element may be off by
+    ``eps * sqrt(K) * rms(output)``, K the longest sum the output is computed from: two
+    correct float sums of K terms, added in different orders, differ by about sqrt(K)
+    roundings of their partial sums, which near zero exceeds atol (fp32 matmuls with
+    K=4096, whose numpy BLAS reference is itself 1.4e-4 from the exact product there);
+    an output of small values (a softmax) gains next to nothing from it.
     """
     graph = program.lower()
-    dtypes = {i.dtype for i in program.inputs} | {n.dtype for n in graph.nodes}
-    loosest = max(dtypes, key=lambda d: d.tolerance)
-    rtol, atol = loosest.tolerance
-    spread = float(np.finfo(loosest.numpy).eps) * math.sqrt(longest_sum(graph)) if loosest.is_float else 0.0
     checks = []
     for name, want in reference.items():
+        nodes = cone(graph, graph.outputs[name])
+        loosest = max({graph.nodes[i].dtype for i in nodes}, key=lambda d: d.tolerance)
+        rtol, atol = loosest.tolerance
+        spread = float(np.finfo(loosest.numpy).eps) * math.sqrt(longest_sum(graph, nodes)) if loosest.is_float else 0.0
         got = outputs[name]
         a, b = np.asarray(got, np.float64), np.asarray(want, np.float64)
         bound = atol + spread * _rms(b)

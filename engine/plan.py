@@ -23,6 +23,7 @@ from engine.extract import Extraction, Value
 from engine.kernel.attach import KernelNode
 from engine.kernel.ir import Buffer, Kernel
 from engine.kernel.kernelize import Kernelization
+from engine.program.values import check_inputs
 
 
 @dataclass(frozen=True)
@@ -200,9 +201,11 @@ class Execution:
 def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray]) -> Execution:
     """Run every step of ``plan``; inputs are host arrays by program input name.
 
-    Raises StepError when a step fails (after freeing the device buffers it holds).
+    Raises InputError (before any step) when an input array is missing or of the wrong shape or dtype, and
+    StepError when a step fails (after freeing the device buffers it holds).
     """
-    run = _Run(plan, devices, inputs)
+    declared = {s.input: (s.buffer.shape, s.buffer.dtype) for s in plan.steps if isinstance(s, Allocate) and s.input}
+    run = _Run(plan, devices, check_inputs(declared, inputs))
     for device in devices:  # devices that build programs build all of the plan's kernels at once
         batch = getattr(device, "compile_many", None)
         if batch is not None:

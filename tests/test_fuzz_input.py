@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import sample_graphs
 from engine import GraphError, Program, loads
 from engine.errors import CycleError, FormatError, InitError, ShapeError
+from engine.program.attrs import encode_specials
 from engine.program.loader import SizeLimits
 
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -192,7 +193,9 @@ NON_FINITE = [float("nan"), float("inf"), -float("inf")]
 @pytest.mark.parametrize("dtype", ["f16", "f32", "f64", "i32", "i64", "bool"])
 @pytest.mark.parametrize("value", NON_FINITE, ids=["nan", "inf", "-inf"])
 def test_non_finite_constants(dtype, value):
-    """NaN and ±Inf are float values (kept); integers and bools cannot hold them (located errors)."""
+    """NaN and ±Inf, spelled "nan", "inf", "-inf", are float values (kept); integers and bools cannot hold them
+    (located errors)."""
+    value = encode_specials(value)
     full = {"inputs": {"x": {"shape": [2], "dtype": dtype, "init": {"kind": "full", "value": value}}},
             "nodes": [{"id": "a", "op": "cast", "args": ["x"], "attrs": {"dtype": "f32"}}], "outputs": ["a"]}
     listed = replaced(full, ("inputs", "x", "init"), {"kind": "values", "values": [value, 1]})
@@ -204,15 +207,29 @@ def test_non_finite_constants(dtype, value):
             assert isinstance(result, Program), result
             values = result.input_values().get("x")
             if values is not None:
-                assert np.isnan(values[0]) if math.isnan(value) else values[0] == value
+                assert np.isnan(values[0]) if value == "nan" else values[0] == float(value)
         else:
             assert isinstance(result, GraphError) and result.location.startswith(where), (doc, result)
 
 
+def test_non_standard_json_constants_are_located_errors():
+    """Python's NaN and Infinity extensions of JSON are refused where they stand, naming the standard spelling."""
+    for token, spelled in (("NaN", "'nan'"), ("Infinity", "'inf'"), ("-Infinity", "'-inf'")):
+        text = json.dumps(_unary([2])).replace('"zeros"', '{"kind": "full", "value": ' + token + "}")
+        result = outcome(_unary([2]), text=text)
+        assert isinstance(result, FormatError) and spelled in result.message, result
+        assert result.location == f"line 1 column {text.index(token) + 1}"
+
+
 def test_overflowing_literals():
-    """1e400 is parsed as inf; an integer beyond i64 does not fit."""
+    """1e400 overflows f64 and 1e39 f32 (errors, as 3e9 is for i32); an integer beyond i64 does not fit."""
     text = json.dumps(_unary([2])).replace('"zeros"', '{"kind": "full", "value": 1e400}')
-    assert isinstance(outcome(_unary([2]), text=text), Program)
+    assert isinstance(outcome(_unary([2]), text=text), FormatError)
+    doc = replaced(_unary([2]), ("inputs", "x", "init"), {"kind": "full", "value": 1e39})
+    assert outcome(doc).location == "inputs.x.init.value"
+    const = {"inputs": {}, "nodes": [{"id": "a", "op": "const", "attrs": {"value": 1e39}}], "outputs": ["a"]}
+    assert outcome(const).location == "nodes[0].attrs.value"
+    assert isinstance(outcome(replaced(const, ("nodes", 0, "attrs", "dtype"), "f64")), Program)
     doc = replaced(_unary([2]), ("inputs", "x"), {"shape": [2], "dtype": "i64", "init": {"kind": "full", "value": 2**64}})
     result = outcome(doc)
     assert isinstance(result, InitError) and result.location == "inputs.x.init.value"

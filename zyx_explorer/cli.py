@@ -41,6 +41,7 @@ from engine.egraph import (
     explain,
     from_program,
     random_inputs,
+    special_inputs,
 )
 from engine.extract import EXTRACTORS
 from zyx_explorer import __version__
@@ -289,7 +290,8 @@ def _semantic(program: Program, args: argparse.Namespace, console: Console, err:
     rules = default_rules(fast_math=args.fast_math)
     limits = _limits(args)
     egraph = from_program(program)
-    inputs = random_inputs(egraph, seed)  # drawn before saturation: the same seed gives the same inputs for any rules
+    # drawn before saturation: the same seed gives the same inputs for any rules
+    inputs = [random_inputs(egraph, seed), special_inputs(egraph, seed)]
     with console.status("saturating the e-graph"):
         result = Runner(rules, limits).run(egraph)
     for item in saturation_summary(result, len(rules), args.fast_math):
@@ -351,7 +353,7 @@ def _reasons(egraph: EGraph, a: int, b: int, depth: int = 4) -> list[str]:
 def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_math: bool,
                      seconds: float) -> list[Table | str]:
     """The renderables ``check --semantic`` prints about the semantic check, ending with its verdict."""
-    how = f"random inputs, seed {seed}" + (", finite values only" if fast_math else "")
+    how = f"random and special-value inputs, seed {seed}" + (", finite values only" if fast_math else "")
     items: list[Table | str] = [
         "",
         f"[bold]Semantic check[/bold] ({how}): {report.forms} forms of {report.classes} classes compared, "

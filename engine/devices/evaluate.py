@@ -805,8 +805,9 @@ class _Recipe:
     """How ``_product`` lays two factor values of one frame shape out as a batched matmul, and the result back."""
 
     shapes: tuple[tuple[int, ...], tuple[int, ...]]
-    sums: tuple[tuple[int, ...], tuple[int, ...]]
-    """Reduce axes only one factor spans, summed there first."""
+    later: tuple[int, ...]
+    """Reduce axes only one factor spans: rows or columns of the matmul, summed in its result (summing a factor
+    first would compute ``sum(a) * b``, which differs from the sum of the products where they hold infinities)."""
     perms: tuple[tuple[int, ...], tuple[int, ...]]
     dims: tuple[tuple[int, int, int], tuple[int, int, int]]
     result: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
@@ -819,9 +820,7 @@ def _recipe(p: Plan, shape: tuple[int, ...], chunk: tuple[Block, ...]) -> _Recip
     ng, nd, raxes = len(p.kernel.vars), p.ndim, set(p.reduce_axes)
     sa, sb = (set(p.spans[f]) for f in factors)
     only = (sa ^ sb) & raxes
-    sums = (tuple(sorted(sa & only)), tuple(sorted(sb & only)))
     sa_shape, sb_shape = (tuple(shape[i] if i in s else 1 for i in range(nd)) for s in (sa, sb))
-    sa, sb = sa - only, sb - only
     batch, inner = sorted(sa & sb - raxes), sorted(sa & sb & raxes)
     ma, nb = sorted(sa - sb), sorted(sb - sa)
     size = [math.prod(shape[i] for i in g) for g in (batch, ma, inner, nb)]
@@ -829,7 +828,7 @@ def _recipe(p: Plan, shape: tuple[int, ...], chunk: tuple[Block, ...]) -> _Recip
     order = batch + ma + nb
     return _Recipe(
         (sa_shape, sb_shape),
-        sums,
+        tuple(sorted(only)),
         (tuple(batch + ma + inner + [i for i in range(nd) if i not in sa]),
          tuple(batch + inner + nb + [i for i in range(nd) if i not in sb])),
         ((size[0], size[1], size[2]), (size[0], size[2], size[3])),
@@ -843,7 +842,7 @@ def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarr
     """``sum(a * b)`` over ``frame``'s reduce axes from the factors' values, by ``np.matmul`` (not yet rounded).
 
     Axes both factors span are batch (global) or contracted (reduce) axes; a
-    reduce axis only one factor spans is summed there first.  The matmul writes
+    reduce axis only one factor spans is summed in the matmul's result.  The matmul writes
     into ``window`` (the result's shape and dtype) where that is a row-major view
     of the result's matrices, saving a temporary and a copy.
     """
@@ -852,12 +851,10 @@ def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarr
     if r is None:
         r = ws.recipes[shape] = _recipe(ws.plan, shape, chunk)
     ms = []
-    for v, target, axes, perm, dims in zip((av, bv), r.shapes, r.sums, r.perms, r.dims):
+    for v, target, perm, dims in zip((av, bv), r.shapes, r.perms, r.dims):
         v = widen(v)
         if v.shape != target:
             v = np.broadcast_to(v, target)
-        if axes:
-            v = np.add.reduce(v, axis=axes, keepdims=True)
         ms.append(v.transpose(perm).reshape(dims))
     am, bm = (_blasable(m) for m in ms)
     out = _matmul_out(window, r, (am.shape[0], am.shape[1], bm.shape[2]), np.result_type(am, bm))
@@ -866,12 +863,14 @@ def _product(ws: Workspace, frame: Frame, chunk: tuple[Block, ...], av: np.ndarr
     else:
         c = np.matmul(am, bm, out=out)
     c = c.reshape(r.result[0]).transpose(r.result[1])
+    if r.later:
+        c = np.add.reduce(c, axis=r.later, keepdims=True)
     return c if c.shape == r.result[2] else np.broadcast_to(c, r.result[2])
 
 
 def _matmul_out(window: np.ndarray | None, r: _Recipe, dims: tuple[int, int, int], dtype: np.dtype) -> np.ndarray | None:
     """``window`` as the matmul's ``(batch, m, n)`` result, if it is a view BLAS can write (rows contiguous)."""
-    if window is None or window.dtype != dtype or math.prod(r.result[0]) != window.size:
+    if window is None or r.later or window.dtype != dtype or math.prod(r.result[0]) != window.size:
         return None
     try:
         out = window.transpose(np.argsort(r.result[1])).reshape(dims, copy=False)

@@ -44,8 +44,9 @@ CACHE_LINE = 64
 ENV = "ZYX_EXPLORE_CC"
 """Environment variable naming the C compiler (a command on PATH or a path)."""
 CANDIDATES = ("cc", "gcc", "clang")
-BASE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fPIC", "-shared", "-w")
-"""Optimised for this CPU; no ``-ffast-math`` (NaN, infinities and rounding as the reference has them)."""
+BASE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fwrapv", "-fPIC", "-shared", "-w")
+"""Optimised for this CPU; no ``-ffast-math`` (NaN, infinities and rounding as the reference has them);
+``-fwrapv``: integer overflow wraps as in numpy, so the optimiser may not assume it away."""
 CONFIGS: tuple[tuple[tuple[str, ...], tuple[str, ...], bool, bool], ...] = (
     (("-mprefer-vector-width=512", "-fopenmp"), ("-lmvec", "-lm"), True, True),
     (("-fopenmp",), ("-lmvec", "-lm"), True, True),
@@ -299,12 +300,13 @@ class NativeDevice(HostMemory):
         assert len(inputs) == len(kernel.inputs) and len(outputs) == len(kernel.outputs)
         if kernel.numel == 0:
             return 0.0
+        for a, b in zip([*inputs, *outputs], [*kernel.inputs, *kernel.output_types]):
+            if np.size(a) != b.numel:  # the C code indexes by the declared shapes: never let it past an end
+                raise ValueError(f"{kernel.name}: a buffer of {np.size(a)} elements where {b} is declared")
         ins = [np.ascontiguousarray(a, b.dtype.numpy) for a, b in zip(inputs, kernel.inputs)]
         ins = [a if a.size else np.zeros(2, np.float64) for a in ins]  # a masked-off load still reads element 0
         outs = [o if o.flags.c_contiguous and o.dtype == b.dtype.numpy else np.empty(b.shape, b.dtype.numpy)
                 for o, b in zip(outputs, kernel.output_types)]
-        for o, b in zip(outs, kernel.output_types):
-            assert o.size == b.numel, (o.shape, b)
         pointers = [a.ctypes.data for a in ins + outs]
         start = time.perf_counter()
         status = compiled.function(*pointers)

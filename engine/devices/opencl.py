@@ -275,6 +275,9 @@ class OpenCLDevice:
         assert len(inputs) == len(kernel.inputs) and len(outputs) == len(kernel.outputs)
         if kernel.numel == 0:
             return 0.0
+        for buffer, b in zip([*inputs, *outputs], [*kernel.inputs, *kernel.output_types]):
+            if buffer.size < b.nbytes:  # the kernel indexes by the declared shapes: never let it past an end
+                raise ValueError(f"{kernel.name}: a buffer of {buffer.size} bytes where {b} ({b.nbytes} bytes) is declared")
         size, local = launch_size(kernel, compiled.variant)
         with self._guard("launch", compiled):
             compiled.function.set_args(*inputs, *outputs)

@@ -2,7 +2,7 @@
 
 Each class gets a value from its oldest form whose children have values (the
 lowering's form, where there is one), by the reference interpreter on random
-inputs; then every other form is evaluated on its children's values and
+inputs and again on inputs full of special values (±0, ±inf, NaN, extremes); then every other form is evaluated on its children's values and
 compared (at random points, for big classes).  A disagreement means a rule is wrong.  Forms whose result would be
 bigger than ``max_elements`` are not materialised: a ``reduce_sum`` of such a
 ``mul`` is contracted (as the interpreter does for matmul), the rest is skipped
@@ -11,7 +11,7 @@ and counted.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +54,36 @@ def random_inputs(egraph: EGraph, seed: int = 0) -> dict[str, np.ndarray]:
             if op == "leaf":
                 values[name] = _random(rng, cls.shape, cls.dtype)
     return values
+
+
+def special_inputs(egraph: EGraph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random inputs with about half their elements replaced by special values (every one of them appears in a
+    leaf of enough elements): for floats ±0, ±inf, NaN, ±the largest finite and ±the smallest normal value, ±1;
+    for integers 0, ±1 and the extremes.  Random values alone never hit ``-0.0 + 0.0 = +0.0``."""
+    rng = np.random.default_rng(seed + 1)
+    values = random_inputs(egraph, seed)
+    for value in values.values():
+        specials = _specials(value.dtype)
+        if specials is None or not value.size:
+            continue
+        flat = value.reshape(-1)
+        order = rng.permutation(flat.size)
+        flat[order[: specials.size]] = specials[: flat.size]
+        rest = order[specials.size :]
+        chosen = rest[rng.random(rest.size) < 0.5]
+        flat[chosen] = rng.choice(specials, chosen.size)
+    return values
+
+
+def _specials(dtype: np.dtype) -> np.ndarray | None:
+    if dtype.kind == "f":
+        f = np.finfo(dtype)
+        return np.array([0.0, -0.0, np.inf, -np.inf, np.nan, f.max, -f.max, f.smallest_normal, -f.smallest_normal,
+                         1.0, -1.0], dtype)
+    if dtype.kind == "i":
+        i = np.iinfo(dtype)
+        return np.array([0, 1, -1, i.min, i.max, i.min + 1], dtype)
+    return None
 
 
 def _random(rng: np.random.Generator, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
@@ -152,12 +182,17 @@ def _sample(got: np.ndarray, want: np.ndarray, seed: int = 0) -> tuple[np.ndarra
 
 
 def _max_error(got: np.ndarray, want: np.ndarray, dtype: DType, finite_only: bool) -> float | None:
-    """The largest difference if ``got`` and ``want`` disagree beyond ``dtype``'s tolerance, else None."""
+    """The largest difference if ``got`` and ``want`` disagree beyond ``dtype``'s tolerance, else None; inf
+    for zeros of different signs (unless ``finite_only``: fast-math ignores signed zeros too)."""
     got, want = _sample(np.broadcast_to(got, want.shape), want)
     g, w = got.astype(np.float64), want.astype(np.float64)
     if finite_only:
         mask = np.isfinite(g) & np.isfinite(w)
         g, w = g[mask], w[mask]
+    elif dtype.is_float:  # -0.0 and +0.0 compare equal, but 1 / x tells them apart
+        zeros = (g == 0) & (w == 0)
+        if np.any(np.signbit(g[zeros]) != np.signbit(w[zeros])):
+            return float("inf")
     rtol, atol = dtype.tolerance
     finite = np.abs(w[np.isfinite(w)])
     scale = max(1.0, float(finite.max())) if finite.size else 1.0
@@ -168,14 +203,28 @@ def _max_error(got: np.ndarray, want: np.ndarray, dtype: DType, finite_only: boo
     return float(np.nanmax(diff)) if np.isfinite(diff).any() else float("inf")
 
 
-def check_semantics(egraph: EGraph, inputs: Mapping[str, np.ndarray] | None = None, *, seed: int = 0,
-                    max_elements: int = 1 << 22, finite_only: bool = False) -> SemanticReport:
+def check_semantics(egraph: EGraph, inputs: Mapping[str, np.ndarray] | Sequence[Mapping[str, np.ndarray]] | None = None,
+                    *, seed: int = 0, max_elements: int = 1 << 22, finite_only: bool = False) -> SemanticReport:
     """Evaluate every form of every class and report the forms that disagree with their class.
 
-    ``finite_only`` compares only where both values are finite, the contract of fast-math rules.
+    ``inputs`` is one set of leaf values or several, each checked in turn (by default ``random_inputs`` and
+    ``special_inputs``); a form disagrees when it does on any of them.  ``finite_only`` compares only where
+    both values are finite, the contract of fast-math rules.
     """
     egraph.rebuild()
-    ev = _Evaluator(egraph, random_inputs(egraph, seed) if inputs is None else inputs, max_elements)
+    if inputs is None:
+        inputs = [random_inputs(egraph, seed), special_inputs(egraph, seed)]
+    elif isinstance(inputs, Mapping):
+        inputs = [inputs]
+    reports = [_check(egraph, values, max_elements, finite_only) for values in inputs]
+    seen: set[NodeId] = set()
+    bad = [d for r in reports for d in r.disagreements if not (d.node in seen or seen.add(d.node))]
+    first = reports[0]
+    return SemanticReport(first.classes, first.forms, first.skipped, tuple(bad))
+
+
+def _check(egraph: EGraph, inputs: Mapping[str, np.ndarray], max_elements: int, finite_only: bool) -> SemanticReport:
+    ev = _Evaluator(egraph, inputs, max_elements)
     ev.fill()
     forms, skipped, bad = 0, [], []
     for cls in sorted(egraph.classes(), key=lambda c: c.id):

@@ -73,9 +73,9 @@ typedef unsigned long ulong;
 #define min(a, b) ((a) < (b) ? (a) : (b))
 #define vload_half(i, p) ((float)(p)[i])
 #define vstore_half_rte(x, i, p) ((p)[i] = (half)(x))
-#pragma omp declare reduction(zx_max_f : float : omp_out = (omp_out >= omp_in || isnan(omp_out)) ? omp_out : omp_in) \\
+#pragma omp declare reduction(zx_max_f : float : omp_out = (omp_out > omp_in || isnan(omp_out)) ? omp_out : omp_in) \\
   initializer(omp_priv = -INFINITY)
-#pragma omp declare reduction(zx_max_d : double : omp_out = (omp_out >= omp_in || isnan(omp_out)) ? omp_out : omp_in) \\
+#pragma omp declare reduction(zx_max_d : double : omp_out = (omp_out > omp_in || isnan(omp_out)) ? omp_out : omp_in) \\
   initializer(omp_priv = -INFINITY)
 """
 

@@ -12,7 +12,8 @@ Semantics follow ``engine.program.reference`` (numpy), with these choices:
   so no signed-overflow undefined behaviour); integer ``div`` truncates toward
   zero and ``x / 0`` is 0; integer ``pow`` squares in unsigned arithmetic and a
   negative exponent gives 0 except for a base of +-1;
-* float ``max`` and ``relu`` propagate NaN like ``np.maximum``;
+* float ``max`` and ``relu`` are ``np.maximum``: NaN propagates, and a tie (-0.0 and
+  +0.0) gives the second operand, so ``relu(-0.0)`` is +0.0;
 * bool is stored as ``uchar`` (0/1) and computed as ``bool``;
 * f16 is stored as ``half`` (``vload_half``/``vstore_half_rte``, core OpenCL, no
   ``cl_khr_fp16`` needed) and computed in ``float``.  It is rounded to half at
@@ -433,10 +434,13 @@ class _Emitter:
         return self.bounds(e.bounds)
 
     def bounds(self, bounds: tuple[Bound, ...]) -> str:
-        """C condition of ``bounds``, leaving out the checks the index ranges prove."""
+        """C condition of ``bounds``, leaving out the checks the index ranges prove; ``0`` when they prove one
+        false (a constant operand of ``&&`` makes compilers warn)."""
         checks = []
         for b in bounds:
             lo, hi = b.index.bounds
+            if hi < b.lo or lo >= b.hi:
+                return "0"
             text = self.index(b.index)
             if lo < b.lo:
                 checks.append(f"{text} >= {b.lo}")
@@ -495,11 +499,15 @@ class _Emitter:
         if op == "neg":
             return f"({COMPUTE[dtype]})(-({_UNSIGNED[dtype]}){x})" if dtype.is_int else f"-{x}"
         if op == "relu":
+            if dtype.is_float:
+                return f"({x} > {_zero(dtype)} || isnan({x})) ? {x} : {_zero(dtype)}"
             return f"{x} < {_zero(dtype)} ? {_zero(dtype)} : {x}"
         if op == "recip":
             return f"{literal(1, dtype)} / {x}"
         if op == "not":
             return f"!{x}"
+        if op == "exp2":  # PoCL folds exp2 of a NaN it can prove (a NaN constant times x) to garbage
+            return f"isnan({x}) ? {x} : exp2({x})"
         return f"{op}({x})"
 
     def binary(self, op: str, x: str, y: str, dtype: DType) -> str:
@@ -518,7 +526,7 @@ class _Emitter:
         if op == "pow":
             return f"{self.int_pow(dtype)}({x}, {y})" if dtype.is_int else f"pow({x}, {y})"
         if op == "max":
-            return f"max({x}, {y})" if dtype.is_int else f"({x} >= {y} || isnan({x})) ? {x} : {y}"
+            return f"max({x}, {y})" if dtype.is_int else f"({x} > {y} || isnan({x})) ? {x} : {y}"
         sign = {"cmplt": "<", "cmpgt": ">", "eq": "==", "noteq": "!=", "and": "&&", "or": "||"}[op]
         return f"{x} {sign} {y}"
 
@@ -623,7 +631,7 @@ class _Emitter:
             return f"{a} || {b}"
         if red.op == "sum":
             return f"({t})(({_UNSIGNED[dtype]}){a} + ({_UNSIGNED[dtype]}){b})" if dtype.is_int else f"{a} + {b}"
-        return f"max({a}, {b})" if dtype.is_int else f"({a} >= {b} || isnan({a})) ? {a} : {b}"
+        return f"max({a}, {b})" if dtype.is_int else f"({a} > {b} || isnan({a})) ? {a} : {b}"
 
     def loop(self, v: Var, indent: str, start: str = "0", step: int = 1, stop: str | None = None) -> str:
         name = self.vars[v]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,9 +44,30 @@ def parse_bool(v: object) -> bool:
     return v
 
 
+SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
+"""The graph.json spelling of the floats standard JSON cannot write (its NaN and Infinity are not JSON)."""
+
+
+def decode_specials(v: Any) -> Any:
+    """``v`` (a scalar or nested lists) with the strings of SPECIAL_FLOATS as floats."""
+    if isinstance(v, list):
+        return [decode_specials(x) for x in v]
+    return SPECIAL_FLOATS.get(v, v) if isinstance(v, str) else v
+
+
+def encode_specials(v: Any) -> Any:
+    """``v`` (a scalar or nested lists/tuples) with non-finite floats as the strings of SPECIAL_FLOATS."""
+    if isinstance(v, list | tuple):
+        return [encode_specials(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
+    return v
+
+
 def parse_scalar(v: object) -> bool | int | float:
+    v = decode_specials(v)
     if not isinstance(v, bool | int | float):
-        raise _fail("a number or boolean", v)
+        raise _fail('a number, a boolean, or one of "nan", "inf", "-inf"', v)
     return v
 
 
@@ -101,4 +123,4 @@ def to_json_value(v: Any) -> Any:
         return v.value
     if isinstance(v, tuple):
         return [to_json_value(x) for x in v]
-    return v
+    return encode_specials(v)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 import numpy as np
@@ -39,6 +40,18 @@ class DType(Enum):
     def tolerance(self) -> tuple[float, float]:
         """(rtol, atol) for comparing results of this dtype with the reference."""
         return _TOLERANCE[self]
+
+    def scalar(self, value: bool | int | float) -> bool | int | float:
+        """``value`` as this dtype holds it (floats rounded); a DTypeError when it does not fit: an integer out
+        of range, or a finite number that would round to infinity (1e39 in f32, 70000 in f16)."""
+        try:
+            with np.errstate(over="raise"):
+                exact = self.numpy.type(value).item()
+        except (OverflowError, ValueError, FloatingPointError):
+            exact = None
+        if exact is None or (self.is_float and math.isfinite(value) and not math.isfinite(exact)):
+            raise DTypeError(f"constant {value!r} does not fit dtype {self}")
+        return exact
 
     @staticmethod
     def parse(name: object) -> DType:

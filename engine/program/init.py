@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import InitError
+from engine.program.attrs import decode_specials, encode_specials
 from engine.program.dtypes import DType
 
 # kind -> {parameter: default}; a default of None means the parameter is required.
@@ -59,7 +60,7 @@ class Init:
         elif self.kind == "arange":
             data = (p["start"] + p["step"] * np.arange(math.prod(shape), dtype=np.float64)).reshape(shape)
         elif self.kind == "values":
-            data = np.asarray(p["values"])
+            data = np.asarray(p["values"]).reshape(shape)  # [] stands for every empty shape
         else:
             data = np.load(p["path"], allow_pickle=False)
         if dtype == DType.BOOL and self.kind in ("normal", "uniform", "arange"):
@@ -70,7 +71,7 @@ class Init:
         """The graph.json form; a .npy path is written relative to ``base_dir`` when it lies below it."""
         if self.kind in ("zeros", "ones"):
             return self.kind
-        params = dict(self.params)
+        params = {k: encode_specials(v) if k in ("value", "values") else v for k, v in self.params.items()}
         if self.kind == "npy" and base_dir is not None:
             path = Path(params["path"])
             params["path"] = str(path.relative_to(base_dir)) if path.is_relative_to(base_dir) else str(path)
@@ -90,10 +91,14 @@ def _expected(dtype: DType) -> str:
 
 
 def _fits(data: np.ndarray, dtype: DType) -> bool:
-    """Whether numbers convert to the integer ``dtype`` exactly, or to bool when finite (float dtypes take any)."""
+    """Whether numbers convert to the integer ``dtype`` exactly, to bool when finite, to a float dtype without
+    a finite number becoming infinite (as for constants: 1e39 does not fit f32)."""
+    if dtype.is_float:
+        with np.errstate(over="ignore"):
+            return data.size == 0 or bool(np.all(np.isfinite(data.astype(dtype.numpy)) | ~np.isfinite(data)))
     if dtype == DType.BOOL:
         return data.dtype.kind != "f" or bool(np.all(np.isfinite(data)))
-    if not dtype.is_int or data.size == 0 or data.dtype == np.bool_:
+    if data.size == 0 or data.dtype == np.bool_:
         return True
     if data.dtype.kind == "f" and not np.all(np.isfinite(data) & (data == np.trunc(data))):
         return False
@@ -120,7 +125,7 @@ def parse_init(spec: object, shape: tuple[int, ...], dtype: DType, base_dir: Pat
             continue
         if key not in allowed:
             raise InitError(f"init kind {kind!r} has no parameter {key!r} (its parameters: {', '.join(allowed) or 'none'})", key)
-        params[key] = value
+        params[key] = decode_specials(value) if key in ("value", "values") else value
     for key, default in allowed.items():
         if key not in params:
             if default is None:
@@ -147,7 +152,7 @@ def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dty
             raise InitError("values are ragged: every row must have the same length", "values") from None
         if data.dtype == object or not (np.issubdtype(data.dtype, np.number) or data.dtype == np.bool_):
             raise InitError("values must be numbers or booleans in nested lists", "values")
-        if data.shape != shape:
+        if data.shape != shape and not data.size == math.prod(shape) == 0:
             raise InitError(f"values have shape {list(data.shape)}, but the input's shape is {list(shape)}", "values")
         if not _fits(data, dtype):
             raise InitError(f"values do not fit dtype {dtype} ({_expected(dtype)})", "values")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from engine.errors import CycleError, FormatError, GraphError, ShapeError, TensorNameError
 from engine.program.dtypes import DType
@@ -105,7 +105,8 @@ def loads(text: str, base_dir: Path | None = None, source: str = "", limits: Siz
             raise deep
         duplicated: list[dict] = []
         try:
-            doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, duplicated))
+            doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, duplicated),
+                             parse_constant=lambda name: _nonstandard(text, name), parse_float=_finite)
         except json.JSONDecodeError as e:
             raise FormatError(f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
         except ValueError as e:  # an integer longer than Python's digit limit
@@ -117,6 +118,29 @@ def loads(text: str, base_dir: Path | None = None, source: str = "", limits: Siz
         raise e.within("", source) from None
     except RecursionError:
         raise FormatError("nested too deeply", source=source) from None
+
+
+_SPELLED = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
+
+
+def _finite(literal: str) -> float:
+    """A JSON number; one beyond f64 (1e400) is an error, not infinity, as a constant beyond its dtype is."""
+    value = float(literal)
+    if math.isinf(value):
+        raise FormatError(f"the number {literal} is too large for f64; write the string \"inf\" for infinity")
+    return value
+
+
+def _nonstandard(text: str, name: str) -> NoReturn:
+    """Reject Python's JSON extensions NaN, Infinity and -Infinity, located at their first use."""
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: " " * len(m.group()), text)
+    found = re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", unquoted)
+    where = ""
+    if found is not None:
+        line = text.count("\n", 0, found.start()) + 1
+        where = f"line {line} column {found.start() - text.rfind(chr(10), 0, found.start())}"
+    spelled = _SPELLED[name]
+    raise FormatError(f"invalid JSON: {name} is not JSON; write the string {spelled!r} instead", where)
 
 
 class _Duplicated(dict):

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import DTypeError, GraphError
+from engine.errors import GraphError
 from engine.program.dtypes import DType
 from engine.program.opset import OPS
 from engine.program.primitives import PrimGraph, PrimNode, Shape
@@ -41,11 +41,7 @@ class Emitter:
 
     def const(self, value: bool | int | float, dtype: DType) -> Lowered:
         """A scalar constant, its value rounded to what ``dtype`` holds."""
-        try:
-            exact = dtype.numpy.type(value).item()
-        except (OverflowError, ValueError):
-            raise DTypeError(f"constant {value!r} does not fit dtype {dtype}") from None
-        return self.emit("const", (), exact, dtype)
+        return self.emit("const", (), dtype.scalar(value), dtype)
 
     def leaf(self, name: str, shape: Shape, dtype: DType) -> Lowered:
         return Lowered(self, self.graph.leaf(name, shape, dtype))

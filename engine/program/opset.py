@@ -92,6 +92,17 @@ def _float(x):
     return x if x.dtype.is_float else x.cast(DType.F32)
 
 
+def _wide(x):
+    """``x`` in the dtype its sums accumulate in: f32 for f16 (as torch does: 1000 halves of 100 overflow f16
+    before a mean scales them, and so does ``d * d`` of one outlier), f32 for integers and bool, else its own."""
+    return x.cast(DType.F32) if x.dtype in (DType.F16, DType.BOOL) or x.dtype.is_int else x
+
+
+def _narrow(y, dtype: DType):
+    """A result computed by ``_wide`` back in f16 when that was the input's dtype."""
+    return y.cast(DType.F16) if dtype == DType.F16 else y
+
+
 def _int_bounds(dtype: DType) -> tuple[int, int]:
     """The smallest and largest value of an integer dtype."""
     half = 2 ** (8 * dtype.itemsize - 1)
@@ -137,8 +148,21 @@ def _lower_binary(prim: str, kind: str) -> Callable[..., Any]:
 
 
 def _lower_minimum(em, a, b):
+    """-max(-a, -b) for floats; integers select by comparison, as negating the smallest integer wraps to itself."""
     _forbid_bool("minimum", a, b)
-    return -((-a).maximum(-b))
+    if not promote(a.dtype, b.dtype).is_int:
+        return -((-a).maximum(-b))
+    take_a = a.cmplt(b)
+    return a * take_a.cast(a.dtype) + b * take_a.logical_not().cast(b.dtype)
+
+
+def _float_composite(op: str, lower: Callable[..., Any]) -> Callable[..., Any]:
+    """A float-only composite: integers compute in f32, bool is refused as by the primitives it lowers to."""
+    def checked(em, x):
+        _forbid_bool(op, x)
+        return lower(em, x)
+
+    return checked
 
 
 def _lower_exp(em, x):
@@ -150,22 +174,43 @@ def _lower_log(em, x):
 
 
 def _lower_abs(em, x):
+    """relu(x) + relu(-x) for floats (+0 for -0); max(x, -x) for integers, which keeps abs(INT_MIN) = INT_MIN
+    as numpy, torch and C do."""
     _forbid_bool("abs", x)
-    return x.relu() + (-x).relu()
+    return x.maximum(-x) if x.dtype.is_int else x.relu() + (-x).relu()
 
 
 def _lower_sigmoid(em, x):
     return ((-_float(x)).exp() + 1).recip()
 
 
+TANH_SERIES = 0.05
+"""Below this |x|, tanh is its Taylor series: ``2 * sigmoid(2x) - 1`` cancels to 0 near zero (tanh(1e-8) = 0)."""
+_TANH_TAYLOR = (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835)  # error < 1e-15 relative below TANH_SERIES
+
+
 def _lower_tanh(em, x):
-    return (_float(x) * 2).sigmoid() * 2 - 1
+    """``2 * sigmoid(2x) - 1``, blended with the Taylor series near zero to keep relative accuracy.
+
+    The blend is by a 0/1 mask, so the series sees x clamped to the small range (finite there, so
+    ``series * 0`` is 0 for big or infinite x), and the sigmoid form is finite wherever the mask is 1.
+    """
+    x = _float(x)
+    small = x.abs().cmplt(TANH_SERIES).cast(x.dtype)
+    c = x.minimum(TANH_SERIES).maximum(-TANH_SERIES)
+    c2 = c * c
+    poly = x.const(_TANH_TAYLOR[-1], x.dtype)
+    for coefficient in reversed(_TANH_TAYLOR[:-1]):
+        poly = poly * c2 + coefficient
+    return (c * poly) * small + ((x * 2).sigmoid() * 2 - 1) * (1 - small)
 
 
 def _lower_gelu(em, x):
-    """The tanh approximation of GELU (as in GPT-2 and PyTorch's approximate='tanh')."""
+    """The tanh approximation of GELU (as in GPT-2 and PyTorch's approximate='tanh'), as ``x * sigmoid(2u)``:
+    ``0.5 * (1 + tanh(u))`` is that sigmoid, which keeps relative accuracy in the negative tail where
+    ``1 + tanh(u)`` cancels."""
     x = _float(x)
-    return x * 0.5 * ((x + x * x * x * 0.044715) * math.sqrt(2 / math.pi)).tanh() + x * 0.5
+    return x * ((x + x * x * x * 0.044715) * (2 * math.sqrt(2 / math.pi))).sigmoid()
 
 
 def _lower_silu(em, x):
@@ -251,8 +296,8 @@ def _lower_pad(em, x, padding, value):
         if (isinstance(value, float) and not value.is_integer()) or not low <= value <= high:
             raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value")
     try:
-        fill = bool(value) if x.dtype == DType.BOOL else (int(value) if x.dtype.is_int else float(value))
-    except OverflowError:
+        fill = bool(value) if x.dtype == DType.BOOL else x.dtype.scalar(int(value) if x.dtype.is_int else float(value))
+    except (OverflowError, DTypeError):
         raise DTypeError(f"pad value {value!r} does not fit dtype {x.dtype}", "attrs.value") from None
     return x if all(p == (0, 0) for p in padding) else em.emit("pad", (x,), (padding, fill))
 
@@ -278,6 +323,8 @@ def _lower_reduce(prim: str) -> Callable[..., Any]:
             raise ShapeError(f"max over an empty axis of {_fmt(x.shape)} has no value", "attrs.axes")
         if not axes:
             return x
+        if prim == "reduce_sum" and x.dtype == DType.F16:  # accumulated in f32 (see _wide)
+            return x.cast(DType.F32).sum(axes, keepdim).cast(DType.F16)
         out = em.emit(prim, (x,), axes)
         return _keep(x, out, axes) if keepdim else out
 
@@ -285,24 +332,40 @@ def _lower_reduce(prim: str) -> Callable[..., Any]:
 
 
 def _lower_mean(em, x, axes, keepdim):
+    """The sum times 1/count; integers are summed exactly in i64 (an f32 sum of large i64 values rounds),
+    f16 in f32; the mean of integers is f32."""
     axes = normalize_axes(axes, x.ndim)
     count = math.prod(x.shape[a] for a in axes)
-    return _float(x).sum(axes, keepdim) * (1 / count if count else math.nan)
+    scale = 1 / count if count else math.nan
+    if x.dtype.is_int or x.dtype == DType.BOOL:
+        return x.cast(DType.I64).sum(axes, keepdim).cast(DType.F32) * scale
+    return _narrow(_wide(x).sum(axes, keepdim) * scale, x.dtype)
 
 
 def _lower_var(em, x, axes, keepdim, correction):
     axes = normalize_axes(axes, x.ndim)
     count = math.prod(x.shape[a] for a in axes) - correction
-    d = _float(x) - x.mean(axes, keepdim=True)
-    return (d * d).sum(axes, keepdim) * (1 / count if count > 0 else math.nan)
+    w = _wide(x)
+    d = w - w.mean(axes, keepdim=True)
+    return _narrow((d * d).sum(axes, keepdim) * (1 / count if count > 0 else math.nan), x.dtype)
 
 
 # -- neural-network ops ----------------------------------------------------------------
 
 
 def _lower_matmul(em, a, b):
-    if a.ndim < 2 or b.ndim < 2:
-        raise ShapeError(f"matmul needs tensors of rank >= 2, got {_fmt(a.shape)} @ {_fmt(b.shape)}")
+    """numpy's matmul: a rank-1 ``a`` is a row [1, K] and a rank-1 ``b`` a column [K, 1], whose added axis the
+    result drops again."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError(f"matmul needs tensors of rank >= 1, got {_fmt(a.shape)} @ {_fmt(b.shape)}")
+    if a.ndim == 1 or b.ndim == 1:
+        row, column = a.ndim == 1, b.ndim == 1
+        if a.shape[-1] != b.shape[0 if column else -2]:
+            raise ShapeError(f"matmul inner dimensions differ: {_fmt(a.shape)} @ {_fmt(b.shape)}")
+        out = _lower_matmul(em, a.reshape(1, *a.shape) if row else a, b.reshape(*b.shape, 1) if column else b)
+        drop = {out.ndim - 2} if row else set()
+        drop |= {out.ndim - 1} if column else set()
+        return out.reshape(tuple(d for i, d in enumerate(out.shape) if i not in drop))
     (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
     if k != k2:
         raise ShapeError(
@@ -314,9 +377,10 @@ def _lower_matmul(em, a, b):
     except ShapeError:
         raise ShapeError(f"matmul batch dimensions do not broadcast: {_fmt(a.shape)} @ {_fmt(b.shape)}") from None
     dtype = promote(a.dtype, b.dtype)
-    a = a.cast(dtype).expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
-    b = b.cast(dtype).expand(batch + (k, n)).transpose().reshape(batch + (1, n, k)).expand(batch + (m, n, k))
-    return (a * b).sum(-1)
+    wide = DType.F32 if dtype == DType.F16 else dtype  # f16 products are exact in f32, and summed there
+    a = a.cast(wide).expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
+    b = b.cast(wide).expand(batch + (k, n)).transpose().reshape(batch + (1, n, k)).expand(batch + (m, n, k))
+    return _narrow((a * b).sum(-1), dtype)
 
 
 def _lower_softmax(em, x, axis):
@@ -338,16 +402,18 @@ def _affine(y, weight, bias):
 
 
 def _lower_layernorm(em, x, weight=None, bias=None, *, axis, eps):
+    """Normalised in f32 for f16 input (``d * d`` of an outlier overflows f16), then the affine part."""
     axis = normalize_axis(axis, x.ndim, "axis")
-    d = _float(x) - x.mean(axis, keepdim=True)
+    w = _wide(x)
+    d = w - w.mean(axis, keepdim=True)
     y = d * ((d * d).mean(axis, keepdim=True) + eps).sqrt().recip()
-    return _affine(y, weight, bias)
+    return _affine(_narrow(y, x.dtype), weight, bias)
 
 
 def _lower_rmsnorm(em, x, weight=None, *, axis, eps):
     axis = normalize_axis(axis, x.ndim, "axis")
-    x = _float(x)
-    return _affine(x * ((x * x).mean(axis, keepdim=True) + eps).sqrt().recip(), weight, None)
+    w = _wide(x)
+    return _affine(_narrow(w * ((w * w).mean(axis, keepdim=True) + eps).sqrt().recip(), x.dtype), weight, None)
 
 
 def _windows(x, axis: int, k: int, stride: int):
@@ -413,21 +479,23 @@ def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
         raise ShapeError(f"conv2d bias must have shape [{o}], got {_fmt(bias.shape)}")
     _forbid_bool("conv2d", x, w)
     dtype = promote(x.dtype, w.dtype)
-    x = x.cast(dtype).pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    wide = DType.F32 if dtype == DType.F16 else dtype  # as in matmul
+    x = x.cast(wide).pad(((0, 0), (0, 0), (padding, padding), (padding, padding)))
     win = _dilated_windows(_dilated_windows(x, 2, kh, sh, dh), 4, kw, sw, dw)  # [N, C, KH, OH, KW, OW]
     oh, ow = win.shape[3], win.shape[5]
     if groups == 1:
         full = (n, o, oh, ow, c, kh, kw)
         patches = win.permute(0, 3, 5, 1, 2, 4).reshape(n, 1, oh, ow, c, kh, kw).expand(full)
-        kernel = w.cast(dtype).reshape(1, o, 1, 1, c, kh, kw).expand(full)
+        kernel = w.cast(wide).reshape(1, o, 1, 1, c, kh, kw).expand(full)
         out = (patches * kernel).sum((4, 5, 6))
     else:  # an extra group axis: output channel g*og+j reads input channels g*cg .. (g+1)*cg
         og = o // groups
         full = (n, groups, og, oh, ow, cg, kh, kw)
         patches = win.permute(0, 3, 5, 1, 2, 4).reshape(n, 1, oh, ow, groups, cg, kh, kw)
         patches = patches.permute(0, 4, 1, 2, 3, 5, 6, 7).expand(full)
-        kernel = w.cast(dtype).reshape(1, groups, og, 1, 1, cg, kh, kw).expand(full)
+        kernel = w.cast(wide).reshape(1, groups, og, 1, 1, cg, kh, kw).expand(full)
         out = (patches * kernel).sum((5, 6, 7)).reshape(n, o, oh, ow)
+    out = _narrow(out, dtype)
     return out if bias is None else out + bias.reshape(1, o, 1, 1)
 
 
@@ -638,7 +706,7 @@ def _specs() -> dict[str, OpSpec]:
         OpSpec("max", _lower_reduce("reduce_max"), (1, 1), _REDUCE_ATTRS, "maximum over axes"),
         OpSpec("mean", _lower_mean, (1, 1), _REDUCE_ATTRS, "mean over axes"),
         OpSpec("var", _lower_var, (1, 1), {**_REDUCE_ATTRS, "correction": Attr(attr_types.parse_int, 0)}, "variance over axes"),
-        OpSpec("matmul", _lower_matmul, (2, 2), {}, "batched, broadcasting matrix product"),
+        OpSpec("matmul", _lower_matmul, (2, 2), {}, "batched, broadcasting matrix product (rank-1 operands as numpy)"),
         OpSpec("softmax", _lower_softmax, (1, 1), _AXIS, "softmax along an axis"),
         OpSpec("log_softmax", _lower_log_softmax, (1, 1), _AXIS, "log of softmax along an axis"),
         OpSpec("layernorm", _lower_layernorm, (1, 3), {**_AXIS, "eps": Attr(attr_types.parse_float, 1e-5)},
@@ -663,13 +731,13 @@ def _specs() -> dict[str, OpSpec]:
         OpSpec("avgpool2d", _lower_avgpool2d, (1, 1), {**_POOL_ATTRS, "count_include_pad": Attr(attr_types.parse_bool, False)},
                "mean over windows of the last two axes (padding counted only with count_include_pad)"),
         OpSpec("minimum", _lower_minimum, (2, 2), {}, "elementwise minimum (broadcasting)"),
-        OpSpec("exp", _lower_exp, (1, 1), {}, "e ** x"),
-        OpSpec("log", _lower_log, (1, 1), {}, "natural logarithm"),
+        OpSpec("exp", _float_composite("exp", _lower_exp), (1, 1), {}, "e ** x"),
+        OpSpec("log", _float_composite("log", _lower_log), (1, 1), {}, "natural logarithm"),
         OpSpec("abs", _lower_abs, (1, 1), {}, "absolute value"),
-        OpSpec("sigmoid", _lower_sigmoid, (1, 1), {}, "1 / (1 + e ** -x)"),
-        OpSpec("tanh", _lower_tanh, (1, 1), {}, "hyperbolic tangent"),
-        OpSpec("gelu", _lower_gelu, (1, 1), {}, "GELU, tanh approximation"),
-        OpSpec("silu", _lower_silu, (1, 1), {}, "x * sigmoid(x)"),
+        OpSpec("sigmoid", _float_composite("sigmoid", _lower_sigmoid), (1, 1), {}, "1 / (1 + e ** -x)"),
+        OpSpec("tanh", _float_composite("tanh", _lower_tanh), (1, 1), {}, "hyperbolic tangent"),
+        OpSpec("gelu", _float_composite("gelu", _lower_gelu), (1, 1), {}, "GELU, tanh approximation"),
+        OpSpec("silu", _float_composite("silu", _lower_silu), (1, 1), {}, "x * sigmoid(x)"),
     ]
     specs += [OpSpec(op, _lower_prim_unary(op), (1, 1), {}, f"primitive {op}") for op in UNARY_OPS]
     binaries = {"add": "arith", "sub": "arith", "mul": "arith", "div": "arith", "pow": "arith", "maximum": "arith",

@@ -2,8 +2,9 @@
 
 Each primitive is evaluated as plainly as numpy allows.  One exception keeps big
 programs tractable: a ``reduce_sum`` of a ``mul`` whose operands are broadcast
-(``expand``) views is contracted with ``np.einsum`` over the un-broadcast
-operands, so a matmul never materialises its ``[m, n, k]`` product.  Floating
+(``expand``) views is contracted with ``np.einsum`` over the operands without
+their broadcast axes (summed axes excepted), so a matmul never materialises its
+``[m, n, k]`` product; every product is still formed and summed, never regrouped.  Floating
 point is computed in at least float32 and rounded to the node's dtype after
 every op, as a device would.
 """
@@ -15,6 +16,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from engine.program.primitives import PrimGraph, PrimNode
+from engine.program.values import check_inputs
 
 _UNARY = {
     "neg": np.negative,
@@ -82,9 +84,13 @@ def _unbroadcast(x: np.ndarray, keep: set[int] | frozenset[int] = frozenset()) -
 
 
 def contract(a: np.ndarray, b: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
-    """sum(a * b, axes) without forming a * b."""
-    b0, kb = _unbroadcast(b)
-    a0, ka = _unbroadcast(a, set(range(a.ndim)) - set(kb))  # an axis broadcast in both stays (as a view) in a
+    """sum(a * b, axes) without forming a * b.
+
+    A summed axis stays in both operands even where one is broadcast along it: dropping it would compute
+    ``a * sum(b)``, which differs from the sum of the products where they hold infinities (inf * [1, -1] sums
+    to NaN)."""
+    b0, kb = _unbroadcast(b, set(axes))
+    a0, ka = _unbroadcast(a, (set(range(a.ndim)) - set(kb)) | set(axes))  # an axis broadcast in both stays in a
     keep = [i for i in range(a.ndim) if i not in axes]
     return np.einsum(a0, ka, b0, kb, keep, optimize=True)
 
@@ -116,7 +122,10 @@ def eval_node(node: PrimNode, args: list[np.ndarray]) -> np.ndarray:
 
 
 def evaluate(graph: PrimGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Evaluate ``graph`` on input arrays (by leaf name); returns output name -> array."""
+    """Evaluate ``graph`` on input arrays (by leaf name); returns output name -> array.
+
+    Raises InputError when an input array is missing or of the wrong shape or dtype."""
+    inputs = check_inputs({n.param: (n.shape, n.dtype) for n in graph.nodes if n.op == "leaf"}, inputs)
     users: list[list[int]] = [[] for _ in graph.nodes]
     for i, node in enumerate(graph.nodes):
         for a in node.args:
@@ -146,9 +155,7 @@ def evaluate(graph: PrimGraph, inputs: Mapping[str, np.ndarray]) -> dict[str, np
         if i in deferred:
             continue
         if node.op == "leaf":
-            value = np.asarray(inputs[node.param])
-            assert value.shape == node.shape, (node.param, value.shape, node.shape)
-            result = value
+            result = inputs[node.param]
         else:
             with np.errstate(all="ignore"):
                 if node.op == "reduce_sum" and node.args[0] in deferred:

@@ -106,6 +106,13 @@ def commute() -> Case:
 
 
 @case
+def commute_max_float() -> Case:
+    eg = EGraph()
+    x, y = leaf(eg), leaf(eg, "y")
+    return Case("commute-max-float", eg, eg.add("max", [x, y]), T("max", y, x))
+
+
+@case
 def commute_logic() -> Case:
     eg = EGraph()
     x, y = leaf(eg, dtype=BOOL), leaf(eg, "y", dtype=BOOL)
@@ -138,7 +145,17 @@ def mul_neg_one() -> Case:
 
 @case
 def add_zero() -> Case:
-    return _binary("add-zero", "add", 0.0, lambda eg, x: x)
+    return _binary("add-zero", "add", -0.0, lambda eg, x: x)
+
+
+@case
+def add_zero_float() -> Case:
+    return _binary("add-zero-float", "add", 0.0, lambda eg, x: x)
+
+
+@case
+def sub_zero_float() -> Case:
+    return _binary("sub-zero-float", "sub", -0.0, lambda eg, x: x)
 
 
 @case
@@ -379,10 +396,21 @@ def _reduce_reduce(op: str) -> Case:
     return Case(f"{op}-{op}", eg, n, T(op, x, param=(1, 2)))
 
 
-def _reduce_ones(op: str) -> Case:
+def _reduce_ones(op: str, dtype=I32) -> Case:
     eg = EGraph()
-    x = leaf(eg, shape=(2, 1, 3))
-    return Case(f"{op}-ones", eg, eg.add(op, [x], (1,)), T("reshape", x, param=(2, 3)))
+    x = leaf(eg, shape=(2, 1, 3), dtype=dtype)
+    name = f"{op}-ones" + ("-float" if op == "reduce_sum" and dtype.is_float else "")
+    return Case(name, eg, eg.add(op, [x], (1,)), T("reshape", x, param=(2, 3)))
+
+
+@case
+def reduce_sum_ones_float() -> Case:
+    return _reduce_ones("reduce_sum", F32)
+
+
+@case
+def reduce_max_ones_float() -> Case:
+    return _reduce_ones("reduce_max", F32)
 
 
 def _permute_reduce(op: str) -> Case:
@@ -452,7 +480,7 @@ def test_fast_math_rules_only_on_request():
     fast = {rule.name for rule in default_rules(fast_math=True)}
     assert fast == {rule.name for rule in ALL_RULES}
     assert exact == fast - FAST_MATH
-    assert {"sub-self-float", "mul-zero-float", "log2-exp2", "exp2-log2"} == FAST_MATH
+    assert {"commute-max-float", "reduce_sum-ones-float", "add-zero-float", "sub-zero-float", "sub-self-float", "mul-zero-float", "log2-exp2", "exp2-log2"} == FAST_MATH
 
 
 @pytest.mark.parametrize("make", [m for m in CASES if m().rule in FAST_MATH], ids=lambda m: m().rule)
@@ -511,6 +539,7 @@ def test_constant_fold_needs_a_splat():
 
 @pytest.mark.parametrize(("rule", "op", "value"), [("mul-one", "mul", 2.0), ("mul-neg-one", "mul", 1.0),
                                                    ("add-zero", "add", 1.0), ("sub-zero", "sub", -1.0),
+                                                   ("add-zero", "add", 0.0), ("sub-zero", "sub", -0.0),
                                                    ("div-one", "div", -1.0)])
 def test_identity_needs_its_constant(rule, op, value):
     eg = EGraph()

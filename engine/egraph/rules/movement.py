@@ -21,7 +21,7 @@ from math import isqrt, prod
 import numpy as np
 
 from engine.egraph.egraph import EClass, EGraph, NodeId, Scalar
-from engine.egraph.pattern import Match, P, Param, Rule, T, TermLike, Var, procedural, rewrite
+from engine.egraph.pattern import Condition, Match, P, Param, Rule, T, TermLike, Var, procedural, rewrite
 from engine.program.dtypes import DType
 from engine.program.primitives import BINARY_OPS, MOVEMENT_OPS, REDUCE_OPS, UNARY_OPS, PrimNode
 from engine.program.reference import eval_node
@@ -107,9 +107,13 @@ def _reduce_rules(op: str) -> list[Rule]:
         kept = [i for i in range(len(_shape(egraph, m))) if i not in m["a"]]
         return T(op, m["x"], param=tuple(sorted({*m["a"], *(kept[j] for j in m["b"])})))
 
-    def over_ones(egraph: EGraph, m: Match) -> bool:
-        shape = _shape(egraph, m)
-        return all(shape[i] == 1 for i in m["a"])
+    def over_ones(floats: bool) -> Condition:
+        def when(egraph: EGraph, m: Match) -> bool:
+            shape = _shape(egraph, m)
+            # a float sum starts from +0.0 (as numpy's and every kernel's): the sum of one -0.0 is +0.0
+            exact = op != "reduce_sum" or not egraph.eclass(m["x"]).dtype.is_float
+            return all(shape[i] == 1 for i in m["a"]) and exact != floats
+        return when
 
     def as_reshape(egraph: EGraph, m: Match) -> TermLike:
         shape = _shape(egraph, m)
@@ -134,7 +138,11 @@ def _reduce_rules(op: str) -> list[Rule]:
         rewrite(f"{op}-{op}", P(op, P(op, x, param=a), param=b), fused, doc=f"{op} over a then b = one {op}"),
         rewrite(f"{op}-split", P(op, x, param=a), split, splits,
                 doc=f"a long {op} over N elements = a {op} over G of {op}s over N/G (G near sqrt(N), both >= 256)"),
-        rewrite(f"{op}-ones", P(op, x, param=a), as_reshape, over_ones, doc="reducing size-1 axes is a reshape"),
+        rewrite(f"{op}-ones", P(op, x, param=a), as_reshape, over_ones(False), doc="reducing size-1 axes is a reshape"
+                + (" (integers)" if op == "reduce_sum" else "")),
+        *([rewrite(f"{op}-ones-float", P(op, x, param=a), as_reshape, over_ones(True), exact=False,
+                   doc="summing size-1 float axes is a reshape (fast-math: the sum of one -0.0 is +0.0)")]
+          if op == "reduce_sum" else []),
         rewrite(f"permute-{op}", P("permute", P(op, x, param=a), param=p), permute_inside,
                 doc=f"permuting a {op} = {op} of the permuted input"),
     ]
