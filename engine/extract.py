@@ -23,10 +23,13 @@ kernels, or a device); ``compare`` reports what a re-extraction changed and cost
 
 from __future__ import annotations
 
+import heapq
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from engine.devices.base import HOST
 from engine.egraph.egraph import ClassId, EGraph, NodeId
@@ -199,6 +202,11 @@ class Problem:
         for v, p in self.order:
             self.producers.setdefault(v, []).append(p)
 
+    @cached_property
+    def compact(self) -> _Compact:
+        """The problem in integers, built once for all the extractors run on it."""
+        return _Compact(self)
+
 
 def _problem(
     egraph: EGraph,
@@ -241,19 +249,276 @@ def _problem(
     return Problem(leaves + kernels + transfers, outputs)
 
 
+class _Compact:
+    """A Problem in integers, for the extractors' inner loops: values and producers by index.
+
+    ``inputs[i]``: producer i's distinct inputs (file order); ``readers[v]``: the producers reading value v.
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        index: dict[Value, int] = {}
+        for v, _ in problem.order:
+            index.setdefault(v, len(index))
+        for u in (*(u for _, p in problem.order for u in p.inputs), *problem.outputs.values()):
+            index.setdefault(u, len(index))
+        self.index = index
+        self.values = list(index)
+        self.producers = [p for _, p in problem.order]
+        self.value = [index[v] for v, _ in problem.order]
+        self.time = [p.time for p in self.producers]
+        self.uses = [tuple(index[u] for u in p.inputs) for p in self.producers]
+        self.inputs = [tuple(dict.fromkeys(u)) for u in self.uses]
+        self.of: list[list[int]] = [[] for _ in index]
+        self.readers: list[list[int]] = [[] for _ in index]
+        for i, v in enumerate(self.value):
+            self.of[v].append(i)
+            for u in self.inputs[i]:
+                self.readers[u].append(i)
+        self.roots = sorted(dict.fromkeys(index[v] for v in problem.outputs.values()))
+
+    @cached_property
+    def greedy(self) -> tuple[list[float], list[int]]:
+        """Each value's least tree cost and a producer achieving it (-1: not computable).
+
+        Knuth's generalisation of Dijkstra (costs >= 0): a producer is scored once, when its last
+        input settles, and a value settles at its cheapest score: O(P log P + inputs), whatever the order.
+        """
+        n = len(self.values)
+        cost = [math.inf] * n
+        best = [-1] * n
+        waiting = [len(ins) for ins in self.inputs]
+        heap = [(self.time[i], i) for i, w in enumerate(waiting) if w == 0]
+        heapq.heapify(heap)
+        while heap:
+            c, i = heapq.heappop(heap)
+            v = self.value[i]
+            if best[v] >= 0:
+                continue
+            cost[v], best[v] = c, i
+            for j in self.readers[v]:
+                waiting[j] -= 1
+                if waiting[j] == 0 and best[self.value[j]] < 0:
+                    heapq.heappush(heap, (self.time[j] + sum(cost[u] for u in self.uses[j]), j))
+        return cost, best
+
+
+KICK_REACH = 2
+"""How far up (in readers) from the values a kick computes its follow-up swaps are looked for."""
+
+
+class _Search:
+    """Local search on the DAG cost of a selection (one producer index per value), swap by swap.
+
+    Reference counts (how many roots and needed producers read each value) give a swap's cost delta
+    directly: the time of the values it starts needing minus that of those it stops needing, with no
+    walk from the roots.  A value a swap starts needing is re-chosen by its marginal cost (inputs
+    already needed are free, others cost their tree cost), so a class switches together with the
+    classes only it needs.  A *kick* takes a swap that alone costs more because it computes new
+    values, and keeps it when the readers of those values switching to them makes the whole cheaper.
+    Every trial is logged and undone unless it improves and stays acyclic.
+    """
+
+    def __init__(self, cp: _Compact, tree: list[float], start: list[int], deadline: float) -> None:
+        self.cp, self.tree, self.sel, self.deadline = cp, tree, start, deadline
+        self.ref = [0] * len(cp.values)
+        self.log: list[tuple[int, int, int]] = []
+        """(value, its reference count before, its producer before), for undo."""
+        self.options = [[i for i in cp.of[v] if v not in cp.inputs[i] and all(start[u] >= 0 for u in cp.inputs[i])]
+                        for v in range(len(cp.values))]
+        self.rechoose = False  # the search starts from ``start`` as it is
+        self.swapped = -1
+        self.cost = math.fsum(self._need(r) for r in cp.roots)
+        self.rechoose = True
+        self.log.clear()
+        self.stopped = False
+
+    def _out_of_time(self) -> bool:
+        self.stopped = self.stopped or time.perf_counter() > self.deadline
+        return self.stopped
+
+    def _marginal(self, v: int) -> int:
+        """The producer of ``v`` cheapest given what is needed now (ties keep the current one); none reading
+        the value being swapped, which would close a cycle through it."""
+        cp, ref, tree, swapped = self.cp, self.ref, self.tree, self.swapped
+        best, low = self.sel[v], math.inf
+        for i in [best, *self.options[v]]:
+            if swapped in cp.inputs[i]:
+                continue
+            c = cp.time[i] + sum(tree[u] for u in cp.inputs[i] if not ref[u])
+            if c < low:
+                best, low = i, c
+        return best
+
+    def _need(self, v: int) -> float:
+        """One more reader of ``v``; the time of what that starts needing."""
+        cp, ref, sel, log = self.cp, self.ref, self.sel, self.log
+        added, stack = 0.0, [v]
+        while stack:
+            w = stack.pop()
+            r = ref[w]
+            log.append((w, r, sel[w]))
+            ref[w] = r + 1
+            if r == 0:
+                i = sel[w] = self._marginal(w) if self.rechoose else sel[w]
+                added += cp.time[i]
+                stack.extend(cp.inputs[i])
+        return added
+
+    def _release(self, v: int) -> float:
+        """One reader of ``v`` fewer; the time of what that stops needing (negative)."""
+        cp, ref, sel, log = self.cp, self.ref, self.sel, self.log
+        freed, stack = 0.0, [v]
+        while stack:
+            w = stack.pop()
+            r = ref[w]
+            log.append((w, r, sel[w]))
+            ref[w] = r - 1
+            if r == 1:
+                freed -= cp.time[sel[w]]
+                stack.extend(cp.inputs[sel[w]])
+        return freed
+
+    def _swap(self, v: int, i: int) -> float:
+        """Produce ``v`` by ``i`` instead; the DAG cost delta (logged: ``_undo`` takes it back)."""
+        cp, old = self.cp, self.sel[v]
+        self.swapped = v
+        self.log.append((v, self.ref[v], old))
+        self.sel[v] = i
+        delta = cp.time[i] - cp.time[old]
+        for u in cp.inputs[i]:
+            delta += self._need(u)
+        for u in cp.inputs[old]:
+            delta += self._release(u)
+        return delta
+
+    def _undo(self, mark: int) -> None:
+        log, ref, sel = self.log, self.ref, self.sel
+        while len(log) > mark:
+            v, r, i = log.pop()
+            ref[v], sel[v] = r, i
+
+    def _acyclic_from(self, v: int) -> bool:
+        """Whether the selection below ``v`` has no cycle (every cycle a trial makes passes through it)."""
+        inputs, sel = self.cp.inputs, self.sel
+        state = {v: False}  # False: on the path, True: done
+        stack = [(v, iter(inputs[sel[v]]))]
+        while stack:
+            w, it = stack[-1]
+            u = next(it, None)
+            if u is None:
+                stack.pop()
+                state[w] = True
+            elif u not in state:
+                state[u] = False
+                stack.append((u, iter(inputs[sel[u]])))
+            elif not state[u]:
+                return False
+        return True
+
+    def _improves(self, delta: float) -> bool:
+        return delta < -1e-12 * max(self.cost, 1e-300)
+
+    def _touched(self, mark: int) -> list[int]:
+        """The needed values a trial since ``mark`` changed, and their needed readers: where to look next."""
+        cp, ref = self.cp, self.ref
+        out = dict.fromkeys(v for v, _, _ in self.log[mark:] if ref[v])
+        for v in list(out):
+            out.update((cp.value[j], None) for j in cp.readers[v] if ref[cp.value[j]])
+        return list(out)
+
+    def descend(self, values: Iterable[int]) -> list[int]:
+        """Take improving swaps at ``values`` and wherever they lead, until none is left; what they touched."""
+        sel, ref = self.sel, self.ref
+        queue = deque(dict.fromkeys(values))
+        queued = set(queue)
+        touched: dict[int, None] = {}
+        while queue and not self._out_of_time():
+            v = queue.popleft()
+            queued.discard(v)
+            if not ref[v]:
+                continue
+            for i in self.options[v]:
+                if i == sel[v]:
+                    continue
+                mark = len(self.log)
+                delta = self._swap(v, i)
+                if self._improves(delta) and self._acyclic_from(v):
+                    self.cost += delta
+                    for w in self._touched(mark):
+                        touched[w] = None
+                        if w not in queued:
+                            queued.add(w)
+                            queue.append(w)
+                    self.log.clear()
+                    break
+                self._undo(mark)
+        return list(touched)
+
+    def _near(self, new: list[int]) -> list[int]:
+        """The needed values reading ``new`` values, directly or through up to ``KICK_REACH - 1`` unneeded ones."""
+        cp, ref = self.cp, self.ref
+        found: dict[int, None] = {}
+        seen, frontier = set(new), new
+        for _ in range(KICK_REACH):
+            ahead = []
+            for w in frontier:
+                for j in cp.readers[w]:
+                    x = cp.value[j]
+                    if x not in seen:
+                        seen.add(x)
+                        if ref[x]:
+                            found[x] = None
+                        else:
+                            ahead.append(x)
+            frontier = ahead
+        return list(found)
+
+    def kick(self, v: int) -> list[int] | None:
+        """The first kick at ``v`` that pays (applied), and what it touched; None if none does."""
+        sel, ref = self.sel, self.ref
+        for i in self.options[v]:
+            if i == sel[v] or self._out_of_time():
+                continue
+            delta = self._swap(v, i)
+            new = [w for w, r, _ in self.log if r == 0 and ref[w]]
+            for x in self._near(new) if new else ():
+                for j in self.options[x] if x != v else ():
+                    if j == sel[x]:
+                        continue
+                    mark = len(self.log)
+                    step = self._swap(x, j)
+                    if self._improves(step) and self._acyclic_from(x):
+                        delta += step
+                        break
+                    self._undo(mark)
+            if self._improves(delta) and self._acyclic_from(v):
+                self.cost += delta
+                touched = self._touched(0)
+                self.log.clear()
+                return touched
+            self._undo(0)
+        return None
+
+    def run(self, max_rounds: int) -> None:
+        """Descend from everything needed; then rounds of kicks (each followed by a descent) until none pays."""
+        self.descend([v for v in range(len(self.ref)) if self.ref[v]])
+        for _ in range(max_rounds):
+            kicked = False
+            for v in [v for v in range(len(self.ref)) if self.ref[v]]:
+                if self._out_of_time():
+                    return
+                if self.ref[v] and (touched := self.kick(v)) is not None:
+                    kicked = True
+                    self.descend(touched)
+            if not kicked:
+                return
+
+
 def _greedy_best(problem: Problem) -> dict[Value, tuple[float, Producer]]:
-    """The tree-cheapest producer of every computable value (Bellman-Ford over values)."""
-    best: dict[Value, tuple[float, Producer]] = {}
-    changed = True
-    while changed:
-        changed = False
-        for v, p in problem.order:
-            if all(u in best for u in p.inputs):
-                cost = p.time + sum(best[u][0] for u in p.inputs)
-                if v not in best or cost < best[v][0]:
-                    best[v] = (cost, p)
-                    changed = True
-    return best
+    """The tree-cheapest producer of every computable value, and its tree cost."""
+    cp = problem.compact
+    cost, best = cp.greedy
+    return {cp.values[v]: (cost[v], cp.producers[i]) for v, i in enumerate(best) if i >= 0}
 
 
 def _selection(problem: Problem) -> tuple[dict[Value, Producer], list[str]]:
@@ -340,15 +605,16 @@ def greedy(
     *,
     pins: Mapping[ClassId, Pin] | None = None,
 ) -> Extraction:
-    """The tree-cheapest producer of every value, relaxed to a fixed point (Bellman-Ford over values).
+    """The tree-cheapest producer of every value (a worklist over readers: linear up to a log factor).
 
     ``device_pools`` maps device names to their pools; ``kernel_time(param)`` gives a kernel
     node's seconds, ``transfer_time(nbytes, src, dst)`` those of a copy between pools.
     """
-    return _greedy(*_solve(egraph, device_pools, kernel_time, transfer_time, pins))
+    return _greedy(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), math.inf)
 
 
-def _greedy(problem: Problem, selection: dict[Value, Producer]) -> Extraction:
+def _greedy(problem: Problem, selection: dict[Value, Producer], deadline: float) -> Extraction:
+    """Greedy's selection as it is (computing it is linear: it has no use for a deadline)."""
     return _extraction(problem, selection, "greedy")
 
 
@@ -362,66 +628,34 @@ def dag(
     max_rounds: int = 50,
     seconds: float = 2.0,
 ) -> Extraction:
-    """Greedy, then local search on the DAG cost: single producer swaps, and swaps followed by a descent.
+    """Greedy, then local search on the DAG cost (see ``_Search``): swaps scored by their cost delta, and kicks.
 
-    A swap that alone costs more (say, computing a shared value) is kept when the descent it
-    enables (other users switching to that value) ends cheaper overall.  The search stops after
-    ``seconds`` with the best selection found (never worse than greedy's); ``note`` says so.
+    A kick keeps a swap that alone costs more (say, computing a shared value) when its readers
+    switching to that value end cheaper overall.  The search stops after ``seconds`` (counted from
+    the call) with the best selection found (never worse than greedy's); ``note`` says so.
     """
-    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), max_rounds, seconds)
-
-
-def _dag(problem: Problem, selection: dict[Value, Producer], max_rounds: int = 50, seconds: float = 2.0) -> Extraction:
     deadline = time.perf_counter() + seconds
-    chosen = _dag_search(problem, selection, max_rounds, deadline)
-    note = f"local search stopped at its {seconds:g} s limit" if time.perf_counter() > deadline else ""
-    return _extraction(problem, chosen, "dag", note=note)
+    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), deadline, max_rounds)
 
 
-def _dag_search(problem: Problem, start: dict[Value, Producer], max_rounds: int,
-                deadline: float) -> dict[Value, Producer]:
-    roots = sorted(set(problem.outputs.values()))
-    producers = problem.producers
+def _dag(problem: Problem, selection: dict[Value, Producer], deadline: float, max_rounds: int = 50) -> Extraction:
+    search = _dag_search(problem, deadline, max_rounds)
+    note = "local search stopped at its time limit" if search.stopped else ""
+    return _extraction(problem, _chosen(search), "dag", note=note)
 
-    def moves(sel: dict[Value, Producer]) -> Iterator[tuple[Value, Producer]]:
-        for v in _needed(sel, roots) or ():
-            for p in producers[v]:
-                if p is not sel[v] and all(u in sel for u in p.inputs):
-                    yield v, p
 
-    def descend(sel: dict[Value, Producer], cost: float) -> float:
-        improved = True
-        while improved and time.perf_counter() < deadline:
-            improved = False
-            for v, p in moves(sel):
-                if time.perf_counter() > deadline:
-                    break
-                old, sel[v] = sel[v], p
-                new = _dag_cost(sel, roots)
-                if new is not None and new < cost * (1 - 1e-12):
-                    cost, improved = new, True
-                    break
-                sel[v] = old
-        return cost
+def _dag_search(problem: Problem, deadline: float, max_rounds: int = 50) -> _Search:
+    cp = problem.compact
+    tree, best = cp.greedy
+    search = _Search(cp, tree, list(best), deadline)
+    search.run(max_rounds)
+    return search
 
-    sel = dict(start)
-    cost = descend(sel, _dag_cost(sel, roots) or 0.0)
-    for _ in range(max_rounds):
-        for v, p in list(moves(sel)):
-            if time.perf_counter() > deadline:
-                return sel
-            trial = dict(sel)
-            trial[v] = p
-            kicked = _dag_cost(trial, roots)
-            if kicked is None:
-                continue
-            new = descend(trial, kicked)
-            if new < cost * (1 - 1e-12):
-                sel, cost = trial, new
-                break
-        else:
-            break
-    return sel
+
+def _chosen(search: _Search) -> dict[Value, Producer]:
+    """The needed values of a search's selection, and their producers."""
+    cp = search.cp
+    return {cp.values[v]: cp.producers[search.sel[v]] for v, r in enumerate(search.ref) if r}
 
 
 def ilp(
@@ -439,16 +673,25 @@ def ilp(
     for the values of cyclic parts (transfers make every class a cycle between pools).  Outputs are
     needed; a needed value has exactly one chosen producer; a chosen producer needs its inputs and
     comes after them.  Status ``optimal``, or ``timeout`` (the best of the incumbent and ``dag``).
+    ``time_limit`` bounds the whole call: the ``dag`` search first, the model, then the solver.
     """
-    return _ilp(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), time_limit)
+    deadline = time.perf_counter() + time_limit
+    return _ilp(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), deadline)
 
 
-def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], time_limit: float = 10.0) -> Extraction:
+PRE_SEARCH = 0.2
+"""The share of the ILP's time limit its ``dag`` pre-search (the fallback) may take at most."""
+SOLVER_SHARE = 0.95
+"""The share of the time left that HiGHS is given: the rest covers reading its answer back."""
+
+
+def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -> Extraction:
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
 
-    heuristic = _dag_search(problem, greedy_sel, 50, time.perf_counter() + time_limit / 2)
+    began = time.perf_counter()
+    heuristic = _chosen(_dag_search(problem, began + PRE_SEARCH * (deadline - began)))
     roots = sorted(set(problem.outputs.values()))
     # the values the outputs may need, and their producers (inputs computable, not reading themselves)
     values: dict[Value, int] = {}
@@ -507,17 +750,20 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], time_limit: float 
         hi[k] = sccs[v][1] - 1
     integrality = np.concatenate([np.ones(npr + nv), np.zeros(len(tix))])
     a = coo_array((vals, (rows, cols)), shape=(len(lb), nvar)).tocsr()
+    limit = (deadline - time.perf_counter()) * SOLVER_SHARE
+    if limit <= 0:
+        return _extraction(problem, heuristic, "ilp", "timeout", "no time left for the solver: dag result")
     res = milp(
         c,
         constraints=[LinearConstraint(a, lb, ub)],
         integrality=integrality,
         bounds=Bounds(lo, hi),
-        options={"time_limit": time_limit, "mip_rel_gap": 0.0, "disp": False},
+        options={"time_limit": limit, "mip_rel_gap": 0.0, "disp": False},
     )
     fallback = _dag_cost(heuristic, roots) or 0.0
     if res.x is None:
         if res.status == 1:
-            return _extraction(problem, heuristic, "ilp", "timeout", f"no incumbent in {time_limit:g} s: dag result")
+            return _extraction(problem, heuristic, "ilp", "timeout", f"no incumbent in {limit:.3g} s: dag result")
         raise ExtractionError(f"ILP found no extraction: {res.message}")
     sel = dict(greedy_sel)
     for i, (v, p) in enumerate(prods):
@@ -528,7 +774,7 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], time_limit: float 
     status = "optimal" if res.status == 0 else "timeout"
     if cost > fallback:
         return _extraction(problem, heuristic, "ilp", status, "dag result (the ILP's was no better)")
-    note = "" if status == "optimal" else f"incumbent after {time_limit:g} s (no worse than dag)"
+    note = "" if status == "optimal" else f"incumbent after {limit:.3g} s (no worse than dag)"
     return _extraction(problem, sel, "ilp", status, note)
 
 
@@ -580,15 +826,21 @@ EXTRACTORS: dict[str, Callable[..., Extraction]] = {"greedy": greedy, "dag": dag
 _SOLVERS: dict[str, Callable[..., Extraction]] = {"greedy": _greedy, "dag": _dag, "ilp": _ilp}
 
 
-def solve(problem: Problem, method: str, **options: float) -> Extraction:
-    """Run extractor ``method`` (a key of EXTRACTORS; ``options`` such as ``time_limit``) on ``problem``.
+TIME_LIMITS = {"greedy": math.inf, "dag": 2.0, "ilp": 10.0}
+"""Each extractor's default time limit in seconds (greedy's work is linear: it needs none)."""
+
+
+def solve(problem: Problem, method: str, time_limit: float | None = None) -> Extraction:
+    """Run extractor ``method`` (a key of EXTRACTORS) on ``problem`` within ``time_limit`` seconds
+    (default ``TIME_LIMITS[method]``), greedy's selection included.
 
     Raises ExtractionError when no choice of producers computes every output.
     """
+    deadline = time.perf_counter() + (TIME_LIMITS[method] if time_limit is None else time_limit)
     selection, missing = _selection(problem)
     if missing:
         raise ExtractionError(f"nothing computes output(s) {', '.join(missing)}")
-    return _SOLVERS[method](problem, selection, **options)
+    return _SOLVERS[method](problem, selection, deadline)
 
 
 # -- comparing ---------------------------------------------------------------------------------------
