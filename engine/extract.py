@@ -302,6 +302,8 @@ class _Compact:
         return cost, best
 
 
+LOOKAHEAD = 1
+"""How many levels below a value a swap starts needing its re-choice looks before taking tree costs."""
 KICK_REACH = 2
 """How far up (in readers) from the values a kick computes its follow-up swaps are looked for."""
 
@@ -339,15 +341,26 @@ class _Search:
     def _marginal(self, v: int) -> int:
         """The producer of ``v`` cheapest given what is needed now (ties keep the current one); none reading
         the value being swapped, which would close a cycle through it."""
-        cp, ref, tree, swapped = self.cp, self.ref, self.tree, self.swapped
+        cp, swapped = self.cp, self.swapped
         best, low = self.sel[v], math.inf
         for i in [best, *self.options[v]]:
             if swapped in cp.inputs[i]:
                 continue
-            c = cp.time[i] + sum(tree[u] for u in cp.inputs[i] if not ref[u])
+            c = cp.time[i] + sum(self._estimate(u, LOOKAHEAD) for u in cp.inputs[i])
             if c < low:
                 best, low = i, c
         return best
+
+    def _estimate(self, v: int, depth: int) -> float:
+        """What needing ``v`` would add: 0 if it is needed, else its cheapest producer's time plus its inputs'
+        estimates, ``depth`` levels down, then their tree costs."""
+        if self.ref[v]:
+            return 0.0
+        if depth == 0:
+            return self.tree[v]
+        cp = self.cp
+        return min((cp.time[i] + sum(self._estimate(u, depth - 1) for u in cp.inputs[i]) for i in self.options[v]),
+                   default=self.tree[v])
 
     def _need(self, v: int) -> float:
         """One more reader of ``v``; the time of what that starts needing."""
@@ -426,12 +439,13 @@ class _Search:
             out.update((cp.value[j], None) for j in cp.readers[v] if ref[cp.value[j]])
         return list(out)
 
-    def descend(self, values: Iterable[int]) -> list[int]:
-        """Take improving swaps at ``values`` and wherever they lead, until none is left; what they touched."""
+    def descend(self, values: Iterable[int]) -> float:
+        """Take improving swaps at ``values`` and wherever they lead, until none is left; their cost delta
+        (logged, like a swap's)."""
         sel, ref = self.sel, self.ref
         queue = deque(dict.fromkeys(values))
         queued = set(queue)
-        touched: dict[int, None] = {}
+        total = 0.0
         while queue and not self._out_of_time():
             v = queue.popleft()
             queued.discard(v)
@@ -443,16 +457,14 @@ class _Search:
                 mark = len(self.log)
                 delta = self._swap(v, i)
                 if self._improves(delta) and self._acyclic_from(v):
-                    self.cost += delta
+                    total += delta
                     for w in self._touched(mark):
-                        touched[w] = None
                         if w not in queued:
                             queued.add(w)
                             queue.append(w)
-                    self.log.clear()
                     break
                 self._undo(mark)
-        return list(touched)
+        return total
 
     def _near(self, new: list[int]) -> list[int]:
         """The needed values reading ``new`` values, directly or through up to ``KICK_REACH - 1`` unneeded ones."""
@@ -473,43 +485,40 @@ class _Search:
             frontier = ahead
         return list(found)
 
-    def kick(self, v: int) -> list[int] | None:
-        """The first kick at ``v`` that pays (applied), and what it touched; None if none does."""
-        sel, ref = self.sel, self.ref
+    def kick(self, v: int) -> bool:
+        """Apply the first kick at ``v`` that pays: a swap computing new values, then a descent from
+        the needed values near them.  Whether one did."""
         for i in self.options[v]:
-            if i == sel[v] or self._out_of_time():
+            if i == self.sel[v] or self._out_of_time():
                 continue
             delta = self._swap(v, i)
-            new = [w for w, r, _ in self.log if r == 0 and ref[w]]
-            for x in self._near(new) if new else ():
-                for j in self.options[x] if x != v else ():
-                    if j == sel[x]:
-                        continue
-                    mark = len(self.log)
-                    step = self._swap(x, j)
-                    if self._improves(step) and self._acyclic_from(x):
-                        delta += step
-                        break
-                    self._undo(mark)
-            if self._improves(delta) and self._acyclic_from(v):
-                self.cost += delta
-                touched = self._touched(0)
-                self.log.clear()
-                return touched
+            new = [w for w, r, _ in self.log if r == 0 and self.ref[w]]
+            if new and self._acyclic_from(v):
+                delta += self.descend(x for x in self._near(new) if x != v)
+                if self._improves(delta):
+                    self._commit(delta)
+                    return True
             self._undo(0)
-        return None
+        return False
+
+    def _commit(self, delta: float) -> None:
+        """Keep what the log holds, and descend from what it touched."""
+        self.cost += delta
+        touched = self._touched(0)
+        self.log.clear()
+        self.cost += self.descend(touched)
+        self.log.clear()
 
     def run(self, max_rounds: int) -> None:
         """Descend from everything needed; then rounds of kicks (each followed by a descent) until none pays."""
-        self.descend([v for v in range(len(self.ref)) if self.ref[v]])
+        self.cost += self.descend([v for v in range(len(self.ref)) if self.ref[v]])
+        self.log.clear()
         for _ in range(max_rounds):
             kicked = False
             for v in [v for v in range(len(self.ref)) if self.ref[v]]:
                 if self._out_of_time():
                     return
-                if self.ref[v] and (touched := self.kick(v)) is not None:
-                    kicked = True
-                    self.descend(touched)
+                kicked |= bool(self.ref[v]) and self.kick(v)
             if not kicked:
                 return
 
