@@ -302,8 +302,6 @@ class _Compact:
         return cost, best
 
 
-LOOKAHEAD = 1
-"""How many levels below a value a swap starts needing its re-choice looks before taking tree costs."""
 KICK_REACH = 2
 """How far up (in readers) from the values a kick computes its follow-up swaps are looked for."""
 
@@ -340,30 +338,27 @@ class _Search:
 
     def _marginal(self, v: int) -> int:
         """The producer of ``v`` cheapest given what is needed now (ties keep the current one); none reading
-        the value being swapped, which would close a cycle through it."""
-        cp, swapped = self.cp, self.swapped
+        the value being swapped, which would close a cycle through it.  An input not needed is estimated
+        one level down: its cheapest producer's time plus its own unneeded inputs' tree costs."""
+        time_, inputs, ref, tree, options = self.cp.time, self.cp.inputs, self.ref, self.tree, self.options
         best, low = self.sel[v], math.inf
-        for i in [best, *self.options[v]]:
-            if swapped in cp.inputs[i]:
+        for i in [best, *options[v]]:
+            ins = inputs[i]
+            if self.swapped in ins:
                 continue
-            c = cp.time[i] + sum(self._estimate(u, LOOKAHEAD) for u in cp.inputs[i])
+            c = time_[i]
+            for u in ins:
+                if not ref[u]:
+                    c += min((time_[j] + sum(tree[w] for w in inputs[j] if not ref[w]) for j in options[u]),
+                             default=tree[u])
+                    if c >= low:
+                        break
             if c < low:
                 best, low = i, c
         return best
 
-    def _estimate(self, v: int, depth: int) -> float:
-        """What needing ``v`` would add: 0 if it is needed, else its cheapest producer's time plus its inputs'
-        estimates, ``depth`` levels down, then their tree costs."""
-        if self.ref[v]:
-            return 0.0
-        if depth == 0:
-            return self.tree[v]
-        cp = self.cp
-        return min((cp.time[i] + sum(self._estimate(u, depth - 1) for u in cp.inputs[i]) for i in self.options[v]),
-                   default=self.tree[v])
-
-    def _need(self, v: int) -> float:
-        """One more reader of ``v``; the time of what that starts needing."""
+    def _need(self, v: int, budget: float = math.inf) -> float:
+        """One more reader of ``v``; the time of what that starts needing (inf, half done, past ``budget``)."""
         cp, ref, sel, log = self.cp, self.ref, self.sel, self.log
         added, stack = 0.0, [v]
         while stack:
@@ -374,6 +369,8 @@ class _Search:
             if r == 0:
                 i = sel[w] = self._marginal(w) if self.rechoose else sel[w]
                 added += cp.time[i]
+                if added > budget:
+                    return math.inf
                 stack.extend(cp.inputs[i])
         return added
 
@@ -391,18 +388,30 @@ class _Search:
                 stack.extend(cp.inputs[sel[w]])
         return freed
 
-    def _swap(self, v: int, i: int) -> float:
-        """Produce ``v`` by ``i`` instead; the DAG cost delta (logged: ``_undo`` takes it back)."""
+    def _swap(self, v: int, i: int, budget: float = math.inf) -> float:
+        """Produce ``v`` by ``i`` instead; the DAG cost delta (logged: ``_undo`` takes it back), or inf once
+        what it starts needing costs more than ``budget``."""
         cp, old = self.cp, self.sel[v]
         self.swapped = v
         self.log.append((v, self.ref[v], old))
         self.sel[v] = i
-        delta = cp.time[i] - cp.time[old]
+        delta, added = cp.time[i] - cp.time[old], 0.0
         for u in cp.inputs[i]:
-            delta += self._need(u)
+            added += self._need(u, budget - added)
+            if added > budget:
+                return math.inf
+        delta += added
         for u in cp.inputs[old]:
             delta += self._release(u)
         return delta
+
+    def _floor(self, v: int) -> float:
+        """A lower bound on the delta of any swap at ``v``, less the new producer's time: whatever needing
+        its inputs adds is >= 0, and no more can stop being needed than all that its producer alone reads."""
+        mark, old = len(self.log), self.sel[v]
+        freed = math.fsum(self._release(u) for u in self.cp.inputs[old])
+        self._undo(mark)
+        return freed - self.cp.time[old]
 
     def _undo(self, mark: int) -> None:
         log, ref, sel = self.log, self.ref, self.sel
@@ -451,11 +460,13 @@ class _Search:
             queued.discard(v)
             if not ref[v]:
                 continue
+            floor = self._floor(v)
             for i in self.options[v]:
-                if i == sel[v]:
+                budget = -(self.cp.time[i] + floor)  # improving needs less added than this
+                if i == sel[v] or budget <= 0:
                     continue
                 mark = len(self.log)
-                delta = self._swap(v, i)
+                delta = self._swap(v, i, budget)
                 if self._improves(delta) and self._acyclic_from(v):
                     total += delta
                     for w in self._touched(mark):

@@ -113,10 +113,11 @@ def chain(n: int, alternatives: int = 1) -> dict[str, Any]:
     return {"nodes": nodes, "root_eclasses": ["c0"]}
 
 
-def random_egraph(seed: int, classes: int, roots: int = 4) -> dict[str, Any]:
+def random_egraph(seed: int, classes: int, roots: int = 4, leaves: float = 0.3) -> dict[str, Any]:
     """A random e-graph shaped like a saturated term graph: 1-4 forms per class, children mostly in
     nearby later classes (so subterms are shared), a few reading earlier classes (cycles), leaves
-    costing 1-10 and operators 0-5.  Greedy's tree cost misses the sharing; the DAG optimum uses it."""
+    costing 1-10 and operators 0-5; a class's first form is a leaf with probability ``leaves`` (with 0,
+    most classes are needed, as in a program's e-graph).  Greedy's tree cost misses the sharing."""
     import random
 
     rng = random.Random(seed)
@@ -124,7 +125,7 @@ def random_egraph(seed: int, classes: int, roots: int = 4) -> dict[str, Any]:
     for k in range(classes):
         for f in range(rng.randint(1, 4)):
             later = classes - k - 1
-            arity = 0 if later == 0 or (f == 0 and rng.random() < 0.3) else rng.choice((1, 1, 2, 2, 3))
+            arity = 0 if later == 0 or (f == 0 and rng.random() < leaves) else rng.choice((1, 1, 2, 2, 3))
             kids = []
             for _ in range(arity):
                 if k and rng.random() < 0.03:
