@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -300,6 +301,10 @@ class _Compact:
                 if waiting[j] == 0 and best[self.value[j]] < 0:
                     heapq.heappush(heap, (self.time[j] + sum(cost[u] for u in self.uses[j]), j))
         return cost, best
+
+
+def _left(deadline: float) -> float:
+    return deadline - time.perf_counter()
 
 
 KICK_REACH = 2
@@ -701,8 +706,8 @@ def ilp(
 
 PRE_SEARCH = 0.2
 """The share of the ILP's time limit its ``dag`` pre-search (the fallback) may take at most."""
-SOLVER_SHARE = 0.95
-"""The share of the time left that HiGHS is given: the rest covers reading its answer back."""
+SOLVER_SHARE = 0.9
+"""The share of the time left that HiGHS is given (it overruns it a little): the rest covers reading its answer."""
 
 
 def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -> Extraction:
@@ -710,85 +715,78 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
 
-    began = time.perf_counter()
-    heuristic = _chosen(_dag_search(problem, began + PRE_SEARCH * (deadline - began)))
+    search = _dag_search(problem, time.perf_counter() + PRE_SEARCH * _left(deadline))
+    heuristic = _chosen(search)
     roots = sorted(set(problem.outputs.values()))
+    cp, options = search.cp, search.options
     # the values the outputs may need, and their producers (inputs computable, not reading themselves)
-    values: dict[Value, int] = {}
-    prods: list[tuple[Value, Producer]] = []
-    stack = list(roots)
+    values: dict[int, int] = {}
+    prods: list[int] = []
+    stack = list(cp.roots)
     while stack:
         v = stack.pop()
-        if v in values:
-            continue
-        values[v] = len(values)
-        for p in problem.producers.get(v, []):
-            if v not in p.inputs and all(u in greedy_sel for u in p.inputs):
-                prods.append((v, p))
-                stack.extend(p.inputs)
-    edges: dict[Value, list[Value]] = {v: [] for v in values}
-    for v, p in prods:
-        edges[v].extend(p.inputs)
-    sccs = _sccs(values, edges)
+        if v not in values:
+            values[v] = len(values)
+            prods.extend(options[v])
+            stack.extend(u for i in options[v] for u in cp.inputs[i])
+    sccs = _sccs(values, {v: [u for i in options[v] for u in cp.inputs[i]] for v in values})
     nv, npr = len(values), len(prods)
-    times = np.array([p.time for _, p in prods])
+    times = np.array([cp.time[i] for i in prods])
     positive = times[times > 0]
     scale = float(np.median(positive)) if positive.size else 1.0
-    tix = {v: npr + nv + i for i, v in enumerate(v for v in values if sccs[v][1] > 1)}
+    tix = {v: npr + nv + k for k, v in enumerate(v for v in values if sccs[v][1] > 1)}
     nvar = npr + nv + len(tix)
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    lb: list[float] = []
-    ub: list[float] = []
-
-    def row(entries: Iterable[tuple[int, float]], lo: float, hi: float) -> None:
-        r = len(lb)
-        for c, a in entries:
-            rows.append(r)
-            cols.append(c)
-            vals.append(a)
-        lb.append(lo)
-        ub.append(hi)
-
-    by_value: dict[Value, list[int]] = {}
-    for i, (v, p) in enumerate(prods):
-        by_value.setdefault(v, []).append(i)
-        for u in set(p.inputs):
-            row([(i, 1.0), (npr + values[u], -1.0)], -np.inf, 0.0)  # chosen -> input needed
-            if sccs[u][0] == sccs[v][0] and sccs[v][1] > 1:  # chosen -> t[v] >= t[u] + 1
-                m = float(sccs[v][1])
-                row([(tix[u], 1.0), (tix[v], -1.0), (i, m)], -np.inf, m - 1)
-    for v, j in values.items():
-        row([*((i, 1.0) for i in by_value.get(v, [])), (npr + j, -1.0)], 0.0, 0.0)  # needed -> one producer
+    # chosen -> input needed: x[k] - n[u] <= 0
+    reads = np.array([(k, npr + values[u]) for k, i in enumerate(prods) for u in cp.inputs[i]], dtype=np.int64)
+    reads = reads.reshape(-1, 2)
+    nr = len(reads)
+    # chosen -> t[v] >= t[u] + 1 within a cyclic component: t[u] - t[v] + m x[k] <= m - 1
+    order = [(k, tix[u], tix[v], sccs[v][1]) for k, i in enumerate(prods) if sccs[v := cp.value[i]][1] > 1
+             for u in cp.inputs[i] if sccs[u][0] == sccs[v][0]]
+    after = np.array(order, dtype=np.int64).reshape(-1, 4)
+    na = len(after)
+    # needed -> one producer: sum of x[k] over the value's producers - n[v] = 0
+    of = np.array([values[cp.value[i]] for i in prods], dtype=np.int64)
+    rows = np.concatenate([np.arange(nr), np.arange(nr), np.repeat(np.arange(nr, nr + na), 3),
+                           nr + na + of, nr + na + np.arange(nv)])
+    cols = np.concatenate([reads[:, 0], reads[:, 1], after[:, [1, 2, 0]].ravel(), np.arange(npr), npr + np.arange(nv)])
+    ones = np.ones(max(nr, npr, nv))
+    vals = np.concatenate([ones[:nr], -ones[:nr], np.column_stack([ones[:na], -ones[:na], after[:, 3]]).ravel(),
+                           ones[:npr], -ones[:nv]])
+    lb = np.concatenate([np.full(nr + na, -np.inf), np.zeros(nv)])
+    ub = np.concatenate([np.zeros(nr), after[:, 3] - 1.0, np.zeros(nv)])
     c = np.concatenate([times / scale, np.zeros(nvar - npr)])
     lo = np.zeros(nvar)
     hi = np.ones(nvar)
-    for v in roots:
+    for v in cp.roots:
         lo[npr + values[v]] = 1.0
     for v, k in tix.items():
         hi[k] = sccs[v][1] - 1
     integrality = np.concatenate([np.ones(npr + nv), np.zeros(len(tix))])
     a = coo_array((vals, (rows, cols)), shape=(len(lb), nvar)).tocsr()
-    limit = (deadline - time.perf_counter()) * SOLVER_SHARE
+    limit = _left(deadline) * SOLVER_SHARE
     if limit <= 0:
-        return _extraction(problem, heuristic, "ilp", "timeout", "no time left for the solver: dag result")
-    res = milp(
-        c,
-        constraints=[LinearConstraint(a, lb, ub)],
-        integrality=integrality,
-        bounds=Bounds(lo, hi),
-        options={"time_limit": limit, "mip_rel_gap": 0.0, "disp": False},
-    )
+        return _extraction(problem, heuristic, "ilp", "timeout", "time limit reached before the solver ran: dag result")
+    answer: list = []
+    # HiGHS runs without the GIL and may overrun its own limit: wait for it no longer than ours.  Left
+    # running, it stops at its limit shortly after (not a daemon: the interpreter's exit waits for it).
+    solver = threading.Thread(target=lambda: answer.append(milp(
+        c, constraints=[LinearConstraint(a, lb, ub)], integrality=integrality, bounds=Bounds(lo, hi),
+        options={"time_limit": limit, "mip_rel_gap": 0.0, "disp": False})), name="zyx-ilp")
+    solver.start()
+    solver.join(max(_left(deadline), 0.0))
+    if not answer:
+        return _extraction(problem, heuristic, "ilp", "timeout", "time limit reached while the solver ran: dag result")
+    res = answer[0]
     fallback = _dag_cost(heuristic, roots) or 0.0
     if res.x is None:
         if res.status == 1:
             return _extraction(problem, heuristic, "ilp", "timeout", f"no incumbent in {limit:.3g} s: dag result")
         raise ExtractionError(f"ILP found no extraction: {res.message}")
     sel = dict(greedy_sel)
-    for i, (v, p) in enumerate(prods):
-        if res.x[i] > 0.5:
-            sel[v] = p
+    for k, i in enumerate(prods):
+        if res.x[k] > 0.5:
+            sel[cp.values[cp.value[i]]] = cp.producers[i]
     cost = _dag_cost(sel, roots)
     assert cost is not None, "ILP selection is cyclic"
     status = "optimal" if res.status == 0 else "timeout"
@@ -798,13 +796,13 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -
     return _extraction(problem, sel, "ilp", status, note)
 
 
-def _sccs(nodes: Iterable[Value], edges: Mapping[Value, list[Value]]) -> dict[Value, tuple[int, int]]:
+def _sccs(nodes: Iterable[int], edges: Mapping[int, list[int]]) -> dict[int, tuple[int, int]]:
     """Each node's strongly connected component: (component id, component size). Tarjan, iterative."""
-    index: dict[Value, int] = {}
-    low: dict[Value, int] = {}
-    on: set[Value] = set()
-    stack: list[Value] = []
-    comp: dict[Value, tuple[int, int]] = {}
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    comp: dict[int, tuple[int, int]] = {}
     for start in nodes:
         if start in index:
             continue

@@ -406,7 +406,7 @@ def _extract_parser() -> argparse.ArgumentParser:
     parser.add_argument("--extractor", action="append", choices=list(EXTRACTORS), metavar="NAME",
                         help=f"one of {', '.join(EXTRACTORS)} (repeatable; default: all)")
     parser.add_argument("--time-limit", type=_seconds, default=10.0, metavar="S",
-                        help="seconds the ILP may take before it returns its best (default 10)")
+                        help="seconds each extractor may take before it returns its best (default 10)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON (with the chosen nodes)")
     return parser
 
