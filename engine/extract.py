@@ -501,16 +501,16 @@ class _Search:
             frontier = ahead
         return list(found)
 
-    def kick(self, v: int) -> bool:
+    def kick(self, v: int, wide: bool) -> bool:
         """Apply the first kick at ``v`` that pays: a swap computing new values, then a descent from
-        the needed values near them.  Whether one did."""
+        the needed values near them (``wide``: from all needed values).  Whether one did."""
         for i in self.options[v]:
             if i == self.sel[v] or self._out_of_time():
                 continue
             delta = self._swap(v, i)
             new = [w for w, r, _ in self.log if r == 0 and self.ref[w]]
             if new and self._acyclic_from(v):
-                delta += self.descend(x for x in self._near(new) if x != v)
+                delta += self.descend(x for x in (self._needed() if wide else self._near(new)) if x != v)
                 if self._improves(delta):
                     self._commit(delta)
                     return True
@@ -525,18 +525,23 @@ class _Search:
         self.cost += self.descend(touched)
         self.log.clear()
 
+    def _needed(self) -> list[int]:
+        return [v for v, r in enumerate(self.ref) if r]
+
     def run(self, max_rounds: int) -> None:
-        """Descend from everything needed; then rounds of kicks (each followed by a descent) until none pays."""
-        self.cost += self.descend([v for v in range(len(self.ref)) if self.ref[v]])
+        """Descend from everything needed; then rounds of kicks (each followed by a descent) until none
+        pays: narrow kicks first, then wide ones (dearer, they find moves narrow ones miss)."""
+        self.cost += self.descend(self._needed())
         self.log.clear()
-        for _ in range(max_rounds):
-            kicked = False
-            for v in [v for v in range(len(self.ref)) if self.ref[v]]:
-                if self._out_of_time():
-                    return
-                kicked |= bool(self.ref[v]) and self.kick(v)
-            if not kicked:
-                return
+        for wide in (False, True):
+            for _ in range(max_rounds):
+                kicked = False
+                for v in self._needed():
+                    if self._out_of_time():
+                        return
+                    kicked |= bool(self.ref[v]) and self.kick(v, wide)
+                if not kicked:
+                    break
 
 
 def _greedy_best(problem: Problem) -> dict[Value, tuple[float, Producer]]:
