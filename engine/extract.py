@@ -307,6 +307,9 @@ def _left(deadline: float) -> float:
     return deadline - time.perf_counter()
 
 
+FLOOR_VISITS = 64
+"""A swap's lower bound is worked out only where its producer alone needs at most this many values; beyond
+that, working it out for every class would make the search quadratic on deep e-graphs."""
 KICK_REACH = 2
 """How far up (in readers) from the values a kick computes its follow-up swaps are looked for."""
 
@@ -379,11 +382,14 @@ class _Search:
                 stack.extend(cp.inputs[i])
         return added
 
-    def _release(self, v: int) -> float:
-        """One reader of ``v`` fewer; the time of what that stops needing (negative)."""
+    def _release(self, v: int, cap: float = math.inf) -> float:
+        """One reader of ``v`` fewer; the time of what that stops needing (negative; -inf, half done, once
+        more than ``cap`` values were visited)."""
         cp, ref, sel, log = self.cp, self.ref, self.sel, self.log
-        freed, stack = 0.0, [v]
+        freed, stack, end = 0.0, [v], len(log) + cap
         while stack:
+            if len(log) > end:
+                return -math.inf
             w = stack.pop()
             r = ref[w]
             log.append((w, r, sel[w]))
@@ -414,8 +420,10 @@ class _Search:
         """A lower bound on the delta of any swap at ``v``, less the new producer's time: whatever needing
         its inputs adds is >= 0, and no more can stop being needed than all that its producer alone reads."""
         mark, old = len(self.log), self.sel[v]
-        freed = math.fsum(self._release(u) for u in self.cp.inputs[old])
+        freed = math.fsum(self._release(u, FLOOR_VISITS) for u in self.cp.inputs[old])
         self._undo(mark)
+        if freed == -math.inf:  # deep (a chain): not worth working out, take the trivial bound
+            freed = -self.cost
         return freed - self.cp.time[old]
 
     def _undo(self, mark: int) -> None:
