@@ -92,12 +92,12 @@ def scale_set(repeats: int) -> None:
             times.append(time.perf_counter() - start)
         return out, min(times)
 
-    print("## greedy on a chain listed parents first (two forms per class)\n")
-    print("| classes | nodes | greedy s |\n|--:|--:|--:|")
+    print("## greedy on a chain listed parents first\n")
+    print("| classes | nodes | greedy s (problem built, greedy, extraction) |\n|--:|--:|--:|")
     for n in (2_000, 8_000, 16_000, 100_000):
-        p = problem(chain(n, alternatives=2))
-        _, t = best_of(lambda p=p: solve(p, "greedy"))
-        print(f"| {n:,} | {2 * n:,} | {t:.3f} |")
+        doc = chain(n)
+        _, t = best_of(lambda doc=doc: solve(problem(doc), "greedy"))  # its integer form built each time
+        print(f"| {n:,} | {n:,} | {t:.3f} |")
 
     print("\n## dag against the ILP's proven optimum\n")
     sets: dict[str, list] = {"egglog arith (committed)": [json.loads(Path(__file__).with_name("egraphs")
@@ -118,7 +118,7 @@ def scale_set(repeats: int) -> None:
         ratios, greedy_ratios, times, proven = [], [], [], 0
         for doc in group:
             p = problem(doc)
-            i = solve(p, "ilp", time_limit=60.0)
+            i = solve(p, "ilp", time_limit=30.0)
             if i.status != "optimal":
                 continue
             proven += 1

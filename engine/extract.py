@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from engine.devices.base import HOST
@@ -307,6 +307,9 @@ def _left(deadline: float) -> float:
     return deadline - time.perf_counter()
 
 
+EXTRACTION_WALKS = 2.0
+"""Building an Extraction costs about this many of the search's first walk over the needed values: the
+search leaves that much of its time limit for it."""
 FLOOR_VISITS = 64
 """A swap's lower bound is worked out only where its producer alone needs at most this many values; beyond
 that, working it out for every class would make the search quadratic on deep e-graphs."""
@@ -561,9 +564,11 @@ def _greedy_best(problem: Problem) -> dict[Value, tuple[float, Producer]]:
 
 def _selection(problem: Problem) -> tuple[dict[Value, Producer], list[str]]:
     """Greedy's selection, and the outputs it cannot compute."""
-    best = _greedy_best(problem)
-    missing = [name for name, v in problem.outputs.items() if v not in best]
-    return {v: p for v, (_, p) in best.items()}, missing
+    cp = problem.compact
+    _, best = cp.greedy
+    selection = {cp.values[v]: cp.producers[i] for v, i in enumerate(best) if i >= 0}
+    missing = [name for name, v in problem.outputs.items() if v not in selection]
+    return selection, missing
 
 
 def _solve(
@@ -592,25 +597,24 @@ def _solve(
 
 def _needed(selection: Mapping[Value, Producer], roots: Iterable[Value]) -> list[Value] | None:
     """The values the roots need, inputs before users; None if the selection has a cycle."""
-    state: dict[Value, bool] = {}  # False: on the stack, True: done
+    state: dict[Value, bool] = {}  # False: expanded, so on the current path; True: done
     order: list[Value] = []
     for root in roots:
-        if root in state:
-            continue
-        state[root] = False
-        stack = [(root, iter(selection[root].inputs))]
+        stack = [(root, False)]
         while stack:
-            v, it = stack[-1]
-            u = next(it, None)
-            if u is None:
-                stack.pop()
+            v, expanded = stack.pop()
+            if expanded:
                 state[v] = True
                 order.append(v)
-            elif u not in state:
-                state[u] = False
-                stack.append((u, iter(selection[u].inputs)))
-            elif not state[u]:
-                return None
+            elif v not in state:
+                state[v] = False
+                stack.append((v, True))
+                for u in selection[v].inputs:
+                    done = state.get(u)
+                    if done is None:
+                        stack.append((u, False))
+                    elif not done:
+                        return None
     return order
 
 
@@ -683,9 +687,12 @@ def _dag(problem: Problem, selection: dict[Value, Producer], deadline: float, ma
 
 
 def _dag_search(problem: Problem, deadline: float, max_rounds: int = 50) -> _Search:
+    """The search from greedy's selection, stopped in time for its caller to build the extraction."""
     cp = problem.compact
     tree, best = cp.greedy
+    began = time.perf_counter()
     search = _Search(cp, tree, list(best), deadline)
+    search.deadline -= EXTRACTION_WALKS * (time.perf_counter() - began)
     search.run(max_rounds)
     return search
 
@@ -777,9 +784,12 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -
         hi[k] = sccs[v][1] - 1
     integrality = np.concatenate([np.ones(npr + nv), np.zeros(len(tix))])
     a = coo_array((vals, (rows, cols)), shape=(len(lb), nvar)).tocsr()
-    limit = _left(deadline) * SOLVER_SHARE
+    began = time.perf_counter()
+    fallback = _extraction(problem, heuristic, "ilp", "timeout")
+    reserve = time.perf_counter() - began  # reading the solver's answer back costs about as much
+    limit = (_left(deadline) - reserve) * SOLVER_SHARE
     if limit <= 0:
-        return _extraction(problem, heuristic, "ilp", "timeout", "time limit reached before the solver ran: dag result")
+        return replace(fallback, note="time limit reached before the solver ran: dag result")
     answer: list = []
     # HiGHS runs without the GIL and may overrun its own limit: wait for it no longer than ours.  Left
     # running, it stops at its limit shortly after (not a daemon: the interpreter's exit waits for it).
@@ -787,14 +797,13 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -
         c, constraints=[LinearConstraint(a, lb, ub)], integrality=integrality, bounds=Bounds(lo, hi),
         options={"time_limit": limit, "mip_rel_gap": 0.0, "disp": False})), name="zyx-ilp")
     solver.start()
-    solver.join(max(_left(deadline), 0.0))
+    solver.join(max(_left(deadline) - reserve, 0.0))
     if not answer:
-        return _extraction(problem, heuristic, "ilp", "timeout", "time limit reached while the solver ran: dag result")
+        return replace(fallback, note="time limit reached while the solver ran: dag result")
     res = answer[0]
-    fallback = _dag_cost(heuristic, roots) or 0.0
     if res.x is None:
         if res.status == 1:
-            return _extraction(problem, heuristic, "ilp", "timeout", f"no incumbent in {limit:.3g} s: dag result")
+            return replace(fallback, note=f"no incumbent in {limit:.3g} s: dag result")
         raise ExtractionError(f"ILP found no extraction: {res.message}")
     sel = dict(greedy_sel)
     for k, i in enumerate(prods):
@@ -803,8 +812,8 @@ def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -
     cost = _dag_cost(sel, roots)
     assert cost is not None, "ILP selection is cyclic"
     status = "optimal" if res.status == 0 else "timeout"
-    if cost > fallback:
-        return _extraction(problem, heuristic, "ilp", status, "dag result (the ILP's was no better)")
+    if cost > fallback.dag_cost:
+        return replace(fallback, status=status, note="dag result (the ILP's was no better)")
     note = "" if status == "optimal" else f"incumbent after {limit:.3g} s (no worse than dag)"
     return _extraction(problem, sel, "ilp", status, note)
 
