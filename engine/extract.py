@@ -8,16 +8,19 @@ value from another pool (``transfer_time(nbytes, src, dst)``).
 Three extractors share one signature, ``(egraph, device_pools, kernel_time, transfer_time, *, pins)``:
 
 - ``greedy``: zyx's extractor, the cheapest producer of each value by *tree cost*
-  (a shared value counted once per use);
+  (a shared value counted once per use), by a worklist over readers: linear up to a log;
 - ``dag``: starts from greedy and improves the *DAG cost* (each chosen value's own
-  time counted once) by local search; never worse than greedy;
+  time counted once) by local search (``_Search``); never worse than greedy;
 - ``ilp``: the exact DAG-cost optimum by integer programming (scipy's HiGHS), the
   reference for small graphs; on a timeout it falls back to the best of its
   incumbent and ``dag``, and says so in ``Extraction.status``.
 
+A time limit bounds a whole call, greedy's selection and the result included: dag and ilp
+return what they have by then (``Extraction.note`` says so).
+
 ``Pins`` restrict the producers of chosen classes (to a node, a structural form's
 kernels, or a device); ``compare`` reports what a re-extraction changed and costs.
-``solve(problem, method)`` runs an extractor on a ``Problem`` built from something else
+``solve(problem, method, time_limit)`` runs an extractor on a ``Problem`` built from something else
 (an imported e-graph: see ``engine.interop``).
 """
 
@@ -69,7 +72,8 @@ class Extraction:
 
     @property
     def tree_cost(self) -> float:
-        """The outputs' tree costs summed: a value shared by k users counts k times."""
+        """The outputs' tree costs summed: a value shared by k users counts k times, but an output
+        value listed twice (two names, a root listed twice) once; extraction-gym counts each entry."""
         return sum(self.choices[v].cost for v in set(self.outputs.values()))
 
     @property
