@@ -199,7 +199,7 @@ class Problem:
     """Values and their producers; extraction picks one producer per value the outputs need."""
 
     order: list[tuple[Value, Producer]]
-    """Every producer, in greedy's relaxation order (leaves first, then kernels, then transfers)."""
+    """Every producer (leaves, then kernels, then transfers); ties in greedy go to the earlier one."""
     outputs: dict[str, Value]
     producers: dict[Value, list[Producer]] = field(default_factory=dict)
 
@@ -327,10 +327,11 @@ class _Search:
     Reference counts (how many roots and needed producers read each value) give a swap's cost delta
     directly: the time of the values it starts needing minus that of those it stops needing, with no
     walk from the roots.  A value a swap starts needing is re-chosen by its marginal cost (inputs
-    already needed are free, others cost their tree cost), so a class switches together with the
+    already needed are free, others estimated one level down), so a class switches together with the
     classes only it needs.  A *kick* takes a swap that alone costs more because it computes new
-    values, and keeps it when the readers of those values switching to them makes the whole cheaper.
-    Every trial is logged and undone unless it improves and stays acyclic.
+    values, and keeps it when a descent from the needed values near them (second stage: from all
+    needed values) makes the whole cheaper.  Every trial is logged and undone unless it improves and
+    stays acyclic.
     """
 
     def __init__(self, cp: _Compact, tree: list[float], start: list[int], deadline: float) -> None:

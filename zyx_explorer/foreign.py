@@ -131,8 +131,11 @@ class ForeignApp(App):
         self.child = child = subprocess.Popen([sys.executable, "-m", "zyx_explorer.foreign"], stdin=subprocess.PIPE,
                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         assert child.stdin and child.stdout and child.stderr
-        with child.stdin:
-            pickle.dump((self.egraph, self.ilp_time_limit), child.stdin)
+        try:
+            with child.stdin:
+                pickle.dump((self.egraph, self.ilp_time_limit), child.stdin)
+        except OSError:  # it died at once: its stderr says why, below
+            pass
         results: list[ForeignResult] = []
         while len(results) < len(EXTRACTORS):
             try:
@@ -141,6 +144,9 @@ class ForeignApp(App):
                 break
             self.post_message(Extracted(list(results), False))
         why = "" if len(results) == len(EXTRACTORS) else child.stderr.read().decode(errors="replace").strip()
+        child.wait()
+        child.stdout.close()
+        child.stderr.close()
         self.post_message(Extracted(results, True, why.splitlines()[-1] if why else ""))
 
     @on(Extracted)

@@ -33,7 +33,6 @@ def problem_of(fg: ForeignEGraph) -> ForeignProblem:
         if not node.subsumed:
             inputs = tuple((cix[c], POOL) for c in fg.child_classes(node))
             producers.append(((cix[node.eclass], POOL), Producer(i, node.cost, inputs)))
-    producers.sort(key=lambda vp: len(vp[1].inputs) > 0)  # leaves first: greedy's relaxation settles sooner
     outputs = {fg.root_name(c): (cix[c], POOL) for c in fg.roots}
     return ForeignProblem(Problem(producers, outputs), class_ids, node_ids)
 
