@@ -59,10 +59,13 @@ def test_the_ilp_returns_at_its_limit_when_the_solver_does_not(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(scipy.optimize, "milp", stuck)
+    unstick = threading.Timer(30.0, release.set)  # an ILP that waited for the solver fails, not hangs
+    unstick.start()
     try:
         out = solve(problem_of(parse_serialized(SHARING)).problem, "ilp", time_limit=0.5)
     finally:
         release.set()
+        unstick.cancel()
     assert out.status == "timeout" and "while the solver ran" in out.note
     assert out.dag_cost == 4.0  # the dag pre-search's result
 
