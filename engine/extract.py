@@ -8,25 +8,32 @@ value from another pool (``transfer_time(nbytes, src, dst)``).
 Three extractors share one signature, ``(egraph, device_pools, kernel_time, transfer_time, *, pins)``:
 
 - ``greedy``: zyx's extractor, the cheapest producer of each value by *tree cost*
-  (a shared value counted once per use);
+  (a shared value counted once per use), by a worklist over readers: linear up to a log;
 - ``dag``: starts from greedy and improves the *DAG cost* (each chosen value's own
-  time counted once) by local search; never worse than greedy;
+  time counted once) by local search (``_Search``); never worse than greedy;
 - ``ilp``: the exact DAG-cost optimum by integer programming (scipy's HiGHS), the
   reference for small graphs; on a timeout it falls back to the best of its
   incumbent and ``dag``, and says so in ``Extraction.status``.
 
+A time limit bounds a whole call, greedy's selection and the result included: dag and ilp
+return what they have by then (``Extraction.note`` says so).
+
 ``Pins`` restrict the producers of chosen classes (to a node, a structural form's
 kernels, or a device); ``compare`` reports what a re-extraction changed and costs.
-``solve(problem, method)`` runs an extractor on a ``Problem`` built from something else
+``solve(problem, method, time_limit)`` runs an extractor on a ``Problem`` built from something else
 (an imported e-graph: see ``engine.interop``).
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from engine.devices.base import HOST
 from engine.egraph.egraph import ClassId, EGraph, NodeId
@@ -65,7 +72,8 @@ class Extraction:
 
     @property
     def tree_cost(self) -> float:
-        """The outputs' tree costs summed: a value shared by k users counts k times."""
+        """The outputs' tree costs summed: a value shared by k users counts k times, but an output
+        value listed twice (two names, a root listed twice) once; extraction-gym counts each entry."""
         return sum(self.choices[v].cost for v in set(self.outputs.values()))
 
     @property
@@ -191,13 +199,18 @@ class Problem:
     """Values and their producers; extraction picks one producer per value the outputs need."""
 
     order: list[tuple[Value, Producer]]
-    """Every producer, in greedy's relaxation order (leaves first, then kernels, then transfers)."""
+    """Every producer (leaves, then kernels, then transfers); ties in greedy go to the earlier one."""
     outputs: dict[str, Value]
     producers: dict[Value, list[Producer]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for v, p in self.order:
             self.producers.setdefault(v, []).append(p)
+
+    @cached_property
+    def compact(self) -> _Compact:
+        """The problem in integers, built once for all the extractors run on it."""
+        return _Compact(self)
 
 
 def _problem(
@@ -241,26 +254,326 @@ def _problem(
     return Problem(leaves + kernels + transfers, outputs)
 
 
+class _Compact:
+    """A Problem in integers, for the extractors' inner loops: values and producers by index.
+
+    ``inputs[i]``: producer i's distinct inputs (file order); ``readers[v]``: the producers reading value v.
+    """
+
+    def __init__(self, problem: Problem) -> None:
+        index: dict[Value, int] = {}
+        for v, _ in problem.order:
+            index.setdefault(v, len(index))
+        for u in (*(u for _, p in problem.order for u in p.inputs), *problem.outputs.values()):
+            index.setdefault(u, len(index))
+        self.index = index
+        self.values = list(index)
+        self.producers = [p for _, p in problem.order]
+        self.value = [index[v] for v, _ in problem.order]
+        self.time = [p.time for p in self.producers]
+        self.uses = [tuple(index[u] for u in p.inputs) for p in self.producers]
+        self.inputs = [tuple(dict.fromkeys(u)) for u in self.uses]
+        self.of: list[list[int]] = [[] for _ in index]
+        self.readers: list[list[int]] = [[] for _ in index]
+        for i, v in enumerate(self.value):
+            self.of[v].append(i)
+            for u in self.inputs[i]:
+                self.readers[u].append(i)
+        self.roots = sorted(dict.fromkeys(index[v] for v in problem.outputs.values()))
+
+    @cached_property
+    def greedy(self) -> tuple[list[float], list[int]]:
+        """Each value's least tree cost and a producer achieving it (-1: not computable).
+
+        Knuth's generalisation of Dijkstra (costs >= 0): a producer is scored once, when its last
+        input settles, and a value settles at its cheapest score: O(P log P + inputs), whatever the order.
+        """
+        n = len(self.values)
+        cost = [math.inf] * n
+        best = [-1] * n
+        waiting = [len(ins) for ins in self.inputs]
+        heap = [(self.time[i], i) for i, w in enumerate(waiting) if w == 0]
+        heapq.heapify(heap)
+        while heap:
+            c, i = heapq.heappop(heap)
+            v = self.value[i]
+            if best[v] >= 0:
+                continue
+            cost[v], best[v] = c, i
+            for j in self.readers[v]:
+                waiting[j] -= 1
+                if waiting[j] == 0 and best[self.value[j]] < 0:
+                    heapq.heappush(heap, (self.time[j] + sum(cost[u] for u in self.uses[j]), j))
+        return cost, best
+
+
+def _left(deadline: float) -> float:
+    return deadline - time.perf_counter()
+
+
+EXTRACTION_WALKS = 2.0
+"""Building an Extraction costs about this many of the search's first walk over the needed values: the
+search leaves that much of its time limit for it."""
+FLOOR_VISITS = 64
+"""A swap's lower bound is worked out only where its producer alone needs at most this many values; beyond
+that, working it out for every class would make the search quadratic on deep e-graphs."""
+KICK_REACH = 2
+"""How far up (in readers) from the values a kick computes its follow-up swaps are looked for."""
+
+
+class _Search:
+    """Local search on the DAG cost of a selection (one producer index per value), swap by swap.
+
+    Reference counts (how many roots and needed producers read each value) give a swap's cost delta
+    directly: the time of the values it starts needing minus that of those it stops needing, with no
+    walk from the roots.  A value a swap starts needing is re-chosen by its marginal cost (inputs
+    already needed are free, others estimated one level down), so a class switches together with the
+    classes only it needs.  A *kick* takes a swap that alone costs more because it computes new
+    values, and keeps it when a descent from the needed values near them (second stage: from all
+    needed values) makes the whole cheaper.  Every trial is logged and undone unless it improves and
+    stays acyclic.
+    """
+
+    def __init__(self, cp: _Compact, tree: list[float], start: list[int], deadline: float) -> None:
+        self.cp, self.tree, self.sel, self.deadline = cp, tree, start, deadline
+        self.ref = [0] * len(cp.values)
+        self.log: list[tuple[int, int, int]] = []
+        """(value, its reference count before, its producer before), for undo."""
+        self.options = [[i for i in cp.of[v] if v not in cp.inputs[i] and all(start[u] >= 0 for u in cp.inputs[i])]
+                        for v in range(len(cp.values))]
+        self.rechoose = False  # the search starts from ``start`` as it is
+        self.swapped = -1
+        self.cost = math.fsum(self._need(r) for r in cp.roots)
+        self.rechoose = True
+        self.log.clear()
+        self.stopped = False
+
+    def _out_of_time(self) -> bool:
+        self.stopped = self.stopped or time.perf_counter() > self.deadline
+        return self.stopped
+
+    def _marginal(self, v: int) -> int:
+        """The producer of ``v`` cheapest given what is needed now (ties keep the current one); none reading
+        the value being swapped, which would close a cycle through it.  An input not needed is estimated
+        one level down: its cheapest producer's time plus its own unneeded inputs' tree costs."""
+        time_, inputs, ref, tree, options = self.cp.time, self.cp.inputs, self.ref, self.tree, self.options
+        best, low = self.sel[v], math.inf
+        for i in [best, *options[v]]:
+            ins = inputs[i]
+            if self.swapped in ins:
+                continue
+            c = time_[i]
+            for u in ins:
+                if not ref[u]:
+                    c += min((time_[j] + sum(tree[w] for w in inputs[j] if not ref[w]) for j in options[u]),
+                             default=tree[u])
+                    if c >= low:
+                        break
+            if c < low:
+                best, low = i, c
+        return best
+
+    def _need(self, v: int, budget: float = math.inf) -> float:
+        """One more reader of ``v``; the time of what that starts needing (inf, half done, past ``budget``)."""
+        cp, ref, sel, log = self.cp, self.ref, self.sel, self.log
+        added, stack = 0.0, [v]
+        while stack:
+            w = stack.pop()
+            r = ref[w]
+            log.append((w, r, sel[w]))
+            ref[w] = r + 1
+            if r == 0:
+                i = sel[w] = self._marginal(w) if self.rechoose else sel[w]
+                added += cp.time[i]
+                if added > budget:
+                    return math.inf
+                stack.extend(cp.inputs[i])
+        return added
+
+    def _release(self, v: int, cap: float = math.inf) -> float:
+        """One reader of ``v`` fewer; the time of what that stops needing (negative; -inf, half done, once
+        more than ``cap`` values were visited)."""
+        cp, ref, sel, log = self.cp, self.ref, self.sel, self.log
+        freed, stack, end = 0.0, [v], len(log) + cap
+        while stack:
+            if len(log) > end:
+                return -math.inf
+            w = stack.pop()
+            r = ref[w]
+            log.append((w, r, sel[w]))
+            ref[w] = r - 1
+            if r == 1:
+                freed -= cp.time[sel[w]]
+                stack.extend(cp.inputs[sel[w]])
+        return freed
+
+    def _swap(self, v: int, i: int, budget: float = math.inf) -> float:
+        """Produce ``v`` by ``i`` instead; the DAG cost delta (logged: ``_undo`` takes it back), or inf once
+        what it starts needing costs more than ``budget``."""
+        cp, old = self.cp, self.sel[v]
+        self.swapped = v
+        self.log.append((v, self.ref[v], old))
+        self.sel[v] = i
+        delta, added = cp.time[i] - cp.time[old], 0.0
+        for u in cp.inputs[i]:
+            added += self._need(u, budget - added)
+            if added > budget:
+                return math.inf
+        delta += added
+        for u in cp.inputs[old]:
+            delta += self._release(u)
+        return delta
+
+    def _floor(self, v: int) -> float:
+        """A lower bound on the delta of any swap at ``v``, less the new producer's time: whatever needing
+        its inputs adds is >= 0, and no more can stop being needed than all that its producer alone reads."""
+        mark, old = len(self.log), self.sel[v]
+        freed = math.fsum(self._release(u, FLOOR_VISITS) for u in self.cp.inputs[old])
+        self._undo(mark)
+        if freed == -math.inf:  # deep (a chain): not worth working out, take the trivial bound
+            freed = -self.cost
+        return freed - self.cp.time[old]
+
+    def _undo(self, mark: int) -> None:
+        log, ref, sel = self.log, self.ref, self.sel
+        while len(log) > mark:
+            v, r, i = log.pop()
+            ref[v], sel[v] = r, i
+
+    def _acyclic_from(self, v: int) -> bool:
+        """Whether the selection below ``v`` has no cycle (every cycle a trial makes passes through it)."""
+        inputs, sel = self.cp.inputs, self.sel
+        state = {v: False}  # False: on the path, True: done
+        stack = [(v, iter(inputs[sel[v]]))]
+        while stack:
+            w, it = stack[-1]
+            u = next(it, None)
+            if u is None:
+                stack.pop()
+                state[w] = True
+            elif u not in state:
+                state[u] = False
+                stack.append((u, iter(inputs[sel[u]])))
+            elif not state[u]:
+                return False
+        return True
+
+    def _improves(self, delta: float) -> bool:
+        return delta < -1e-12 * max(self.cost, 1e-300)
+
+    def _touched(self, mark: int) -> list[int]:
+        """The needed values a trial since ``mark`` changed, and their needed readers: where to look next."""
+        cp, ref = self.cp, self.ref
+        out = dict.fromkeys(v for v, _, _ in self.log[mark:] if ref[v])
+        for v in list(out):
+            out.update((cp.value[j], None) for j in cp.readers[v] if ref[cp.value[j]])
+        return list(out)
+
+    def descend(self, values: Iterable[int]) -> float:
+        """Take improving swaps at ``values`` and wherever they lead, until none is left; their cost delta
+        (logged, like a swap's)."""
+        sel, ref = self.sel, self.ref
+        queue = deque(dict.fromkeys(values))
+        queued = set(queue)
+        total = 0.0
+        while queue and not self._out_of_time():
+            v = queue.popleft()
+            queued.discard(v)
+            if not ref[v]:
+                continue
+            floor = self._floor(v)
+            for i in self.options[v]:
+                budget = -(self.cp.time[i] + floor)  # improving needs less added than this
+                if i == sel[v] or budget <= 0:
+                    continue
+                mark = len(self.log)
+                delta = self._swap(v, i, budget)
+                if self._improves(delta) and self._acyclic_from(v):
+                    total += delta
+                    for w in self._touched(mark):
+                        if w not in queued:
+                            queued.add(w)
+                            queue.append(w)
+                    break
+                self._undo(mark)
+        return total
+
+    def _near(self, new: list[int]) -> list[int]:
+        """The needed values reading ``new`` values, directly or through up to ``KICK_REACH - 1`` unneeded ones."""
+        cp, ref = self.cp, self.ref
+        found: dict[int, None] = {}
+        seen, frontier = set(new), new
+        for _ in range(KICK_REACH):
+            ahead = []
+            for w in frontier:
+                for j in cp.readers[w]:
+                    x = cp.value[j]
+                    if x not in seen:
+                        seen.add(x)
+                        if ref[x]:
+                            found[x] = None
+                        else:
+                            ahead.append(x)
+            frontier = ahead
+        return list(found)
+
+    def kick(self, v: int, wide: bool) -> bool:
+        """Apply the first kick at ``v`` that pays: a swap computing new values, then a descent from
+        the needed values near them (``wide``: from all needed values).  Whether one did."""
+        for i in self.options[v]:
+            if i == self.sel[v] or self._out_of_time():
+                continue
+            delta = self._swap(v, i)
+            new = [w for w, r, _ in self.log if r == 0 and self.ref[w]]
+            if new and self._acyclic_from(v):
+                delta += self.descend(x for x in (self._needed() if wide else self._near(new)) if x != v)
+                if self._improves(delta):
+                    self._commit(delta)
+                    return True
+            self._undo(0)
+        return False
+
+    def _commit(self, delta: float) -> None:
+        """Keep what the log holds, and descend from what it touched."""
+        self.cost += delta
+        touched = self._touched(0)
+        self.log.clear()
+        self.cost += self.descend(touched)
+        self.log.clear()
+
+    def _needed(self) -> list[int]:
+        return [v for v, r in enumerate(self.ref) if r]
+
+    def run(self, max_rounds: int) -> None:
+        """Descend from everything needed; then rounds of kicks (each followed by a descent) until none
+        pays: narrow kicks first, then wide ones (dearer, they find moves narrow ones miss)."""
+        self.cost += self.descend(self._needed())
+        self.log.clear()
+        for wide in (False, True):
+            for _ in range(max_rounds):
+                kicked = False
+                for v in self._needed():
+                    if self._out_of_time():
+                        return
+                    kicked |= bool(self.ref[v]) and self.kick(v, wide)
+                if not kicked:
+                    break
+
+
 def _greedy_best(problem: Problem) -> dict[Value, tuple[float, Producer]]:
-    """The tree-cheapest producer of every computable value (Bellman-Ford over values)."""
-    best: dict[Value, tuple[float, Producer]] = {}
-    changed = True
-    while changed:
-        changed = False
-        for v, p in problem.order:
-            if all(u in best for u in p.inputs):
-                cost = p.time + sum(best[u][0] for u in p.inputs)
-                if v not in best or cost < best[v][0]:
-                    best[v] = (cost, p)
-                    changed = True
-    return best
+    """The tree-cheapest producer of every computable value, and its tree cost."""
+    cp = problem.compact
+    cost, best = cp.greedy
+    return {cp.values[v]: (cost[v], cp.producers[i]) for v, i in enumerate(best) if i >= 0}
 
 
 def _selection(problem: Problem) -> tuple[dict[Value, Producer], list[str]]:
     """Greedy's selection, and the outputs it cannot compute."""
-    best = _greedy_best(problem)
-    missing = [name for name, v in problem.outputs.items() if v not in best]
-    return {v: p for v, (_, p) in best.items()}, missing
+    cp = problem.compact
+    _, best = cp.greedy
+    selection = {cp.values[v]: cp.producers[i] for v, i in enumerate(best) if i >= 0}
+    missing = [name for name, v in problem.outputs.items() if v not in selection]
+    return selection, missing
 
 
 def _solve(
@@ -289,25 +602,24 @@ def _solve(
 
 def _needed(selection: Mapping[Value, Producer], roots: Iterable[Value]) -> list[Value] | None:
     """The values the roots need, inputs before users; None if the selection has a cycle."""
-    state: dict[Value, bool] = {}  # False: on the stack, True: done
+    state: dict[Value, bool] = {}  # False: expanded, so on the current path; True: done
     order: list[Value] = []
     for root in roots:
-        if root in state:
-            continue
-        state[root] = False
-        stack = [(root, iter(selection[root].inputs))]
+        stack = [(root, False)]
         while stack:
-            v, it = stack[-1]
-            u = next(it, None)
-            if u is None:
-                stack.pop()
+            v, expanded = stack.pop()
+            if expanded:
                 state[v] = True
                 order.append(v)
-            elif u not in state:
-                state[u] = False
-                stack.append((u, iter(selection[u].inputs)))
-            elif not state[u]:
-                return None
+            elif v not in state:
+                state[v] = False
+                stack.append((v, True))
+                for u in selection[v].inputs:
+                    done = state.get(u)
+                    if done is None:
+                        stack.append((u, False))
+                    elif not done:
+                        return None
     return order
 
 
@@ -340,15 +652,16 @@ def greedy(
     *,
     pins: Mapping[ClassId, Pin] | None = None,
 ) -> Extraction:
-    """The tree-cheapest producer of every value, relaxed to a fixed point (Bellman-Ford over values).
+    """The tree-cheapest producer of every value (a worklist over readers: linear up to a log factor).
 
     ``device_pools`` maps device names to their pools; ``kernel_time(param)`` gives a kernel
     node's seconds, ``transfer_time(nbytes, src, dst)`` those of a copy between pools.
     """
-    return _greedy(*_solve(egraph, device_pools, kernel_time, transfer_time, pins))
+    return _greedy(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), math.inf)
 
 
-def _greedy(problem: Problem, selection: dict[Value, Producer]) -> Extraction:
+def _greedy(problem: Problem, selection: dict[Value, Producer], deadline: float) -> Extraction:
+    """Greedy's selection as it is (computing it is linear: it has no use for a deadline)."""
     return _extraction(problem, selection, "greedy")
 
 
@@ -362,66 +675,37 @@ def dag(
     max_rounds: int = 50,
     seconds: float = 2.0,
 ) -> Extraction:
-    """Greedy, then local search on the DAG cost: single producer swaps, and swaps followed by a descent.
+    """Greedy, then local search on the DAG cost (see ``_Search``): swaps scored by their cost delta, and kicks.
 
-    A swap that alone costs more (say, computing a shared value) is kept when the descent it
-    enables (other users switching to that value) ends cheaper overall.  The search stops after
-    ``seconds`` with the best selection found (never worse than greedy's); ``note`` says so.
+    A kick keeps a swap that alone costs more (say, computing a shared value) when its readers
+    switching to that value end cheaper overall.  The search stops after ``seconds`` (counted from
+    the call) with the best selection found (never worse than greedy's); ``note`` says so.
     """
-    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), max_rounds, seconds)
-
-
-def _dag(problem: Problem, selection: dict[Value, Producer], max_rounds: int = 50, seconds: float = 2.0) -> Extraction:
     deadline = time.perf_counter() + seconds
-    chosen = _dag_search(problem, selection, max_rounds, deadline)
-    note = f"local search stopped at its {seconds:g} s limit" if time.perf_counter() > deadline else ""
-    return _extraction(problem, chosen, "dag", note=note)
+    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), deadline, max_rounds)
 
 
-def _dag_search(problem: Problem, start: dict[Value, Producer], max_rounds: int,
-                deadline: float) -> dict[Value, Producer]:
-    roots = sorted(set(problem.outputs.values()))
-    producers = problem.producers
+def _dag(problem: Problem, selection: dict[Value, Producer], deadline: float, max_rounds: int = 50) -> Extraction:
+    search = _dag_search(problem, deadline, max_rounds)
+    note = "local search stopped at its time limit" if search.stopped else ""
+    return _extraction(problem, _chosen(search), "dag", note=note)
 
-    def moves(sel: dict[Value, Producer]) -> Iterator[tuple[Value, Producer]]:
-        for v in _needed(sel, roots) or ():
-            for p in producers[v]:
-                if p is not sel[v] and all(u in sel for u in p.inputs):
-                    yield v, p
 
-    def descend(sel: dict[Value, Producer], cost: float) -> float:
-        improved = True
-        while improved and time.perf_counter() < deadline:
-            improved = False
-            for v, p in moves(sel):
-                if time.perf_counter() > deadline:
-                    break
-                old, sel[v] = sel[v], p
-                new = _dag_cost(sel, roots)
-                if new is not None and new < cost * (1 - 1e-12):
-                    cost, improved = new, True
-                    break
-                sel[v] = old
-        return cost
+def _dag_search(problem: Problem, deadline: float, max_rounds: int = 50) -> _Search:
+    """The search from greedy's selection, stopped in time for its caller to build the extraction."""
+    cp = problem.compact
+    tree, best = cp.greedy
+    began = time.perf_counter()
+    search = _Search(cp, tree, list(best), deadline)
+    search.deadline -= EXTRACTION_WALKS * (time.perf_counter() - began)
+    search.run(max_rounds)
+    return search
 
-    sel = dict(start)
-    cost = descend(sel, _dag_cost(sel, roots) or 0.0)
-    for _ in range(max_rounds):
-        for v, p in list(moves(sel)):
-            if time.perf_counter() > deadline:
-                return sel
-            trial = dict(sel)
-            trial[v] = p
-            kicked = _dag_cost(trial, roots)
-            if kicked is None:
-                continue
-            new = descend(trial, kicked)
-            if new < cost * (1 - 1e-12):
-                sel, cost = trial, new
-                break
-        else:
-            break
-    return sel
+
+def _chosen(search: _Search) -> dict[Value, Producer]:
+    """The needed values of a search's selection, and their producers."""
+    cp = search.cp
+    return {cp.values[v]: cp.producers[search.sel[v]] for v, r in enumerate(search.ref) if r}
 
 
 def ilp(
@@ -439,106 +723,113 @@ def ilp(
     for the values of cyclic parts (transfers make every class a cycle between pools).  Outputs are
     needed; a needed value has exactly one chosen producer; a chosen producer needs its inputs and
     comes after them.  Status ``optimal``, or ``timeout`` (the best of the incumbent and ``dag``).
+    ``time_limit`` bounds the whole call: the ``dag`` search first, the model, then the solver.
     """
-    return _ilp(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), time_limit)
+    deadline = time.perf_counter() + time_limit
+    return _ilp(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), deadline)
 
 
-def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], time_limit: float = 10.0) -> Extraction:
+PRE_SEARCH = 0.2
+"""The share of the ILP's time limit its ``dag`` pre-search (the fallback) may take at most."""
+SOLVER_SHARE = 0.9
+"""The share of the time left that HiGHS is given (it overruns it a little): the rest covers reading its answer."""
+
+
+def _ilp(problem: Problem, greedy_sel: dict[Value, Producer], deadline: float) -> Extraction:
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_array
 
-    heuristic = _dag_search(problem, greedy_sel, 50, time.perf_counter() + time_limit / 2)
+    search = _dag_search(problem, time.perf_counter() + PRE_SEARCH * _left(deadline))
+    heuristic = _chosen(search)
     roots = sorted(set(problem.outputs.values()))
+    cp, options = search.cp, search.options
     # the values the outputs may need, and their producers (inputs computable, not reading themselves)
-    values: dict[Value, int] = {}
-    prods: list[tuple[Value, Producer]] = []
-    stack = list(roots)
+    values: dict[int, int] = {}
+    prods: list[int] = []
+    stack = list(cp.roots)
     while stack:
         v = stack.pop()
-        if v in values:
-            continue
-        values[v] = len(values)
-        for p in problem.producers.get(v, []):
-            if v not in p.inputs and all(u in greedy_sel for u in p.inputs):
-                prods.append((v, p))
-                stack.extend(p.inputs)
-    edges: dict[Value, list[Value]] = {v: [] for v in values}
-    for v, p in prods:
-        edges[v].extend(p.inputs)
-    sccs = _sccs(values, edges)
+        if v not in values:
+            values[v] = len(values)
+            prods.extend(options[v])
+            stack.extend(u for i in options[v] for u in cp.inputs[i])
+    sccs = _sccs(values, {v: [u for i in options[v] for u in cp.inputs[i]] for v in values})
     nv, npr = len(values), len(prods)
-    times = np.array([p.time for _, p in prods])
+    times = np.array([cp.time[i] for i in prods])
     positive = times[times > 0]
     scale = float(np.median(positive)) if positive.size else 1.0
-    tix = {v: npr + nv + i for i, v in enumerate(v for v in values if sccs[v][1] > 1)}
+    tix = {v: npr + nv + k for k, v in enumerate(v for v in values if sccs[v][1] > 1)}
     nvar = npr + nv + len(tix)
-    rows: list[int] = []
-    cols: list[int] = []
-    vals: list[float] = []
-    lb: list[float] = []
-    ub: list[float] = []
-
-    def row(entries: Iterable[tuple[int, float]], lo: float, hi: float) -> None:
-        r = len(lb)
-        for c, a in entries:
-            rows.append(r)
-            cols.append(c)
-            vals.append(a)
-        lb.append(lo)
-        ub.append(hi)
-
-    by_value: dict[Value, list[int]] = {}
-    for i, (v, p) in enumerate(prods):
-        by_value.setdefault(v, []).append(i)
-        for u in set(p.inputs):
-            row([(i, 1.0), (npr + values[u], -1.0)], -np.inf, 0.0)  # chosen -> input needed
-            if sccs[u][0] == sccs[v][0] and sccs[v][1] > 1:  # chosen -> t[v] >= t[u] + 1
-                m = float(sccs[v][1])
-                row([(tix[u], 1.0), (tix[v], -1.0), (i, m)], -np.inf, m - 1)
-    for v, j in values.items():
-        row([*((i, 1.0) for i in by_value.get(v, [])), (npr + j, -1.0)], 0.0, 0.0)  # needed -> one producer
+    # chosen -> input needed: x[k] - n[u] <= 0
+    reads = np.array([(k, npr + values[u]) for k, i in enumerate(prods) for u in cp.inputs[i]], dtype=np.int64)
+    reads = reads.reshape(-1, 2)
+    nr = len(reads)
+    # chosen -> t[v] >= t[u] + 1 within a cyclic component: t[u] - t[v] + m x[k] <= m - 1
+    order = [(k, tix[u], tix[v], sccs[v][1]) for k, i in enumerate(prods) if sccs[v := cp.value[i]][1] > 1
+             for u in cp.inputs[i] if sccs[u][0] == sccs[v][0]]
+    after = np.array(order, dtype=np.int64).reshape(-1, 4)
+    na = len(after)
+    # needed -> one producer: sum of x[k] over the value's producers - n[v] = 0
+    of = np.array([values[cp.value[i]] for i in prods], dtype=np.int64)
+    rows = np.concatenate([np.arange(nr), np.arange(nr), np.repeat(np.arange(nr, nr + na), 3),
+                           nr + na + of, nr + na + np.arange(nv)])
+    cols = np.concatenate([reads[:, 0], reads[:, 1], after[:, [1, 2, 0]].ravel(), np.arange(npr), npr + np.arange(nv)])
+    ones = np.ones(max(nr, npr, nv))
+    vals = np.concatenate([ones[:nr], -ones[:nr], np.column_stack([ones[:na], -ones[:na], after[:, 3]]).ravel(),
+                           ones[:npr], -ones[:nv]])
+    lb = np.concatenate([np.full(nr + na, -np.inf), np.zeros(nv)])
+    ub = np.concatenate([np.zeros(nr), after[:, 3] - 1.0, np.zeros(nv)])
     c = np.concatenate([times / scale, np.zeros(nvar - npr)])
     lo = np.zeros(nvar)
     hi = np.ones(nvar)
-    for v in roots:
+    for v in cp.roots:
         lo[npr + values[v]] = 1.0
     for v, k in tix.items():
         hi[k] = sccs[v][1] - 1
     integrality = np.concatenate([np.ones(npr + nv), np.zeros(len(tix))])
     a = coo_array((vals, (rows, cols)), shape=(len(lb), nvar)).tocsr()
-    res = milp(
-        c,
-        constraints=[LinearConstraint(a, lb, ub)],
-        integrality=integrality,
-        bounds=Bounds(lo, hi),
-        options={"time_limit": time_limit, "mip_rel_gap": 0.0, "disp": False},
-    )
-    fallback = _dag_cost(heuristic, roots) or 0.0
+    began = time.perf_counter()
+    fallback = _extraction(problem, heuristic, "ilp", "timeout")
+    reserve = time.perf_counter() - began  # reading the solver's answer back costs about as much
+    limit = (_left(deadline) - reserve) * SOLVER_SHARE
+    if limit <= 0:
+        return replace(fallback, note="time limit reached before the solver ran: dag result")
+    answer: list = []
+    # HiGHS runs without the GIL and may overrun its own limit: wait for it no longer than ours.  Left
+    # running, it stops at its limit shortly after (not a daemon: the interpreter's exit waits for it).
+    solver = threading.Thread(target=lambda: answer.append(milp(
+        c, constraints=[LinearConstraint(a, lb, ub)], integrality=integrality, bounds=Bounds(lo, hi),
+        options={"time_limit": limit, "mip_rel_gap": 0.0, "disp": False})), name="zyx-ilp")
+    solver.start()
+    solver.join(max(_left(deadline) - reserve, 0.0))
+    if not answer:
+        return replace(fallback, note="time limit reached while the solver ran: dag result")
+    res = answer[0]
     if res.x is None:
         if res.status == 1:
-            return _extraction(problem, heuristic, "ilp", "timeout", f"no incumbent in {time_limit:g} s: dag result")
+            return replace(fallback, note=f"no incumbent in {limit:.3g} s: dag result")
         raise ExtractionError(f"ILP found no extraction: {res.message}")
     sel = dict(greedy_sel)
-    for i, (v, p) in enumerate(prods):
-        if res.x[i] > 0.5:
-            sel[v] = p
+    for k, i in enumerate(prods):
+        if res.x[k] > 0.5:
+            sel[cp.values[cp.value[i]]] = cp.producers[i]
     cost = _dag_cost(sel, roots)
     assert cost is not None, "ILP selection is cyclic"
     status = "optimal" if res.status == 0 else "timeout"
-    if cost > fallback:
-        return _extraction(problem, heuristic, "ilp", status, "dag result (the ILP's was no better)")
-    note = "" if status == "optimal" else f"incumbent after {time_limit:g} s (no worse than dag)"
+    if cost > fallback.dag_cost:
+        return replace(fallback, status=status, note="dag result (the ILP's was no better)")
+    note = "" if status == "optimal" else f"incumbent after {limit:.3g} s (no worse than dag)"
     return _extraction(problem, sel, "ilp", status, note)
 
 
-def _sccs(nodes: Iterable[Value], edges: Mapping[Value, list[Value]]) -> dict[Value, tuple[int, int]]:
+def _sccs(nodes: Iterable[int], edges: Mapping[int, list[int]]) -> dict[int, tuple[int, int]]:
     """Each node's strongly connected component: (component id, component size). Tarjan, iterative."""
-    index: dict[Value, int] = {}
-    low: dict[Value, int] = {}
-    on: set[Value] = set()
-    stack: list[Value] = []
-    comp: dict[Value, tuple[int, int]] = {}
+    index: dict[int, int] = {}
+    low: dict[int, int] = {}
+    on: set[int] = set()
+    stack: list[int] = []
+    comp: dict[int, tuple[int, int]] = {}
     for start in nodes:
         if start in index:
             continue
@@ -580,15 +871,21 @@ EXTRACTORS: dict[str, Callable[..., Extraction]] = {"greedy": greedy, "dag": dag
 _SOLVERS: dict[str, Callable[..., Extraction]] = {"greedy": _greedy, "dag": _dag, "ilp": _ilp}
 
 
-def solve(problem: Problem, method: str, **options: float) -> Extraction:
-    """Run extractor ``method`` (a key of EXTRACTORS; ``options`` such as ``time_limit``) on ``problem``.
+TIME_LIMITS = {"greedy": math.inf, "dag": 2.0, "ilp": 10.0}
+"""Each extractor's default time limit in seconds (greedy's work is linear: it needs none)."""
+
+
+def solve(problem: Problem, method: str, time_limit: float | None = None) -> Extraction:
+    """Run extractor ``method`` (a key of EXTRACTORS) on ``problem`` within ``time_limit`` seconds
+    (default ``TIME_LIMITS[method]``), greedy's selection included.
 
     Raises ExtractionError when no choice of producers computes every output.
     """
+    deadline = time.perf_counter() + (TIME_LIMITS[method] if time_limit is None else time_limit)
     selection, missing = _selection(problem)
     if missing:
         raise ExtractionError(f"nothing computes output(s) {', '.join(missing)}")
-    return _SOLVERS[method](problem, selection, **options)
+    return _SOLVERS[method](problem, selection, deadline)
 
 
 # -- comparing ---------------------------------------------------------------------------------------

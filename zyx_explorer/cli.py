@@ -461,7 +461,7 @@ def _extract_parser() -> argparse.ArgumentParser:
     parser.add_argument("--extractor", action="append", choices=list(EXTRACTORS), metavar="NAME",
                         help=f"one of {', '.join(EXTRACTORS)} (repeatable; default: all)")
     parser.add_argument("--time-limit", type=_seconds, default=10.0, metavar="S",
-                        help="seconds the ILP may take before it returns its best (default 10)")
+                        help="seconds each extractor may take before it returns its best (default 10)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON (with the chosen nodes)")
     return parser
 
@@ -541,7 +541,9 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
     roots = ", ".join(fg.root_name(r) for r in fg.roots)
     console.print(f"[bold]{args.file}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
                   f"roots ({fg.roots_from}): {roots or 'none'}")
-    table = Table("extractor", "DAG cost", "tree cost", "seconds", "status", "note", title_justify="left")
+    table = Table("extractor", "DAG cost", "tree cost", "seconds", "status", "note", title_justify="left",
+                  caption="DAG cost counts each chosen class once; tree cost once per use (a root listed twice: once)",
+                  caption_justify="left")
     for r in results:
         table.add_row(r.method, f"{r.dag_cost:.6g}", f"{r.tree_cost:.6g}", f"{r.seconds:.4f}", r.status,
                       r.error or r.note)

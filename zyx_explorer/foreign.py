@@ -2,16 +2,21 @@
 
 Three panes: the classes (type, forms, what each extractor chose), the node forms of the
 class under the cursor with their costs, and the three extractors' results side by side
-(DAG cost, tree cost, wall time, status).  The extractions run in a thread worker; the
-tables are virtualised (``LineTable``), so big e-graphs stay responsive.
+(DAG cost, tree cost, wall time, status).  The extractions run in a child process (watched by a
+thread worker), each result shown as it comes; quitting kills the process, since HiGHS cannot be
+interrupted.  The tables are virtualised (``LineTable``), so big e-graphs stay responsive.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import pickle
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import BinaryIO, ClassVar
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -21,7 +26,7 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
 from engine.extract import EXTRACTORS
-from engine.interop import ForeignEGraph, ForeignResult, extract_all
+from engine.interop import ForeignEGraph, ForeignResult, extract_each
 from zyx_explorer.widgets.line_table import Column, LineTable, Row
 
 MARKS = {"greedy": "G", "dag": "D", "ilp": "I"}
@@ -41,10 +46,21 @@ def result_rows(results: Sequence[ForeignResult]) -> list[Row]:
                 "bold green" if r.dag_cost == best else "") for r in results]
 
 
+def extract_into(inp: BinaryIO, out: BinaryIO) -> None:
+    """The child process: read ``(egraph, time limit)`` pickled; write each extractor's result as it comes."""
+    egraph, time_limit = pickle.load(inp)
+    for result in extract_each(egraph, EXTRACTORS, time_limit):
+        pickle.dump(result, out)
+        out.flush()
+
+
 class Extracted(Message):
-    def __init__(self, results: list[ForeignResult]) -> None:
+    def __init__(self, results: list[ForeignResult], done: bool, error: str = "") -> None:
         super().__init__()
         self.results = results
+        self.done = done
+        self.error = error
+        """Why the extraction process ended early (its last line on stderr)."""
 
 
 class ForeignApp(App):
@@ -77,6 +93,7 @@ class ForeignApp(App):
         self.results: list[ForeignResult] = []
         self.history: list[str] = []
         self.running = True
+        self.child: subprocess.Popen | None = None
         self.parents: dict[str, int] = {}
         for n in egraph.nodes.values():
             for c in set(egraph.child_classes(n)):
@@ -110,15 +127,39 @@ class ForeignApp(App):
 
     @work(thread=True, exclusive=True, group="extract", exit_on_error=False)
     def extract(self) -> None:
-        self.post_message(Extracted(extract_all(self.egraph, EXTRACTORS, time_limit=self.ilp_time_limit)))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.child = child = subprocess.Popen([sys.executable, "-m", "zyx_explorer.foreign"], stdin=subprocess.PIPE,
+                                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        assert child.stdin and child.stdout and child.stderr
+        try:
+            with child.stdin:
+                pickle.dump((self.egraph, self.ilp_time_limit), child.stdin)
+        except OSError:  # it died at once: its stderr says why, below
+            pass
+        results: list[ForeignResult] = []
+        while len(results) < len(EXTRACTORS):
+            try:
+                results.append(pickle.load(child.stdout))
+            except (EOFError, OSError, pickle.UnpicklingError):  # killed on quitting, or died
+                break
+            self.post_message(Extracted(list(results), False))
+        why = "" if len(results) == len(EXTRACTORS) else child.stderr.read().decode(errors="replace").strip()
+        child.wait()
+        child.stdout.close()
+        child.stderr.close()
+        self.post_message(Extracted(results, True, why.splitlines()[-1] if why else ""))
 
     @on(Extracted)
     def _extracted(self, message: Extracted) -> None:
         self.results = message.results
-        self.running = False
+        self.running = not message.done
+        missing = [m for m in EXTRACTORS if m not in {r.method for r in self.results}]
         self.query_one("#foreign-results-title", Static).update(
+            (f"running {', '.join(missing)}...  " if self.running else "") +
+            (f"{', '.join(missing)} did not finish ({message.error or 'stopped'}); "
+             if missing and not self.running else "") +
             f"extractors on {len(self.egraph.roots)} root(s): DAG cost counts each chosen class once, "
-            "tree cost once per use")
+            "tree cost once per use (a root listed twice counts once)")
         self.query_one("#foreign-results", LineTable).set_rows(result_rows(self.results))
         self._show_classes()
 
@@ -185,6 +226,11 @@ class ForeignApp(App):
 
     # -- actions ---------------------------------------------------------------------------
 
+    def on_unmount(self) -> None:
+        """Quit now: an extraction still running is killed, not waited for (its watcher would hold the exit)."""
+        if self.child is not None and self.child.poll() is None:
+            self.child.kill()
+
     def action_back(self) -> None:
         if self.history:
             self.query_one("#foreign-classes", LineTable).move_to(self.history.pop())
@@ -217,3 +263,7 @@ class ForeignApp(App):
     @on(Input.Submitted, "#foreign-filter")
     def _filter_submitted(self) -> None:
         self._hide_filter()
+
+
+if __name__ == "__main__":  # the extraction process (ForeignApp.extract)
+    extract_into(sys.stdin.buffer, sys.stdout.buffer)

@@ -8,7 +8,7 @@
 """
 
 from engine.interop.export import COST_UNIT, egraph_document, problem_document
-from engine.interop.extract import ForeignProblem, ForeignResult, extract, extract_all, problem_of
+from engine.interop.extract import ForeignProblem, ForeignResult, extract, extract_all, extract_each, problem_of
 from engine.interop.serialized import (
     MAX_NODES,
     ForeignEGraph,
@@ -22,6 +22,6 @@ from engine.interop.serialized import (
 
 __all__ = [
     "COST_UNIT", "MAX_NODES", "ForeignEGraph", "ForeignNode", "ForeignProblem", "ForeignResult", "detect", "egraph_document",
-    "extract", "extract_all", "is_serialized", "load_serialized", "loads_serialized", "parse_serialized",
+    "extract", "extract_all", "extract_each", "is_serialized", "load_serialized", "loads_serialized", "parse_serialized",
     "problem_document", "problem_of",
 ]

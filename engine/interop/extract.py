@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from engine.extract import EXTRACTORS, Extraction, ExtractionError, Problem, Producer, solve
@@ -33,7 +33,6 @@ def problem_of(fg: ForeignEGraph) -> ForeignProblem:
         if not node.subsumed:
             inputs = tuple((cix[c], POOL) for c in fg.child_classes(node))
             producers.append(((cix[node.eclass], POOL), Producer(i, node.cost, inputs)))
-    producers.sort(key=lambda vp: len(vp[1].inputs) > 0)  # leaves first: greedy's relaxation settles sooner
     outputs = {fg.root_name(c): (cix[c], POOL) for c in fg.roots}
     return ForeignProblem(Problem(producers, outputs), class_ids, node_ids)
 
@@ -54,12 +53,13 @@ class ForeignResult:
     error: str = ""
 
 
-def extract(fg: ForeignEGraph, method: str, fp: ForeignProblem | None = None, **options: float) -> ForeignResult:
-    """Run extractor ``method`` on ``fg`` (``fp``: its problem, when already built)."""
+def extract(fg: ForeignEGraph, method: str, fp: ForeignProblem | None = None,
+            time_limit: float | None = None) -> ForeignResult:
+    """Run extractor ``method`` on ``fg`` (``fp``: its problem, when already built) within ``time_limit`` s."""
     fp = fp or problem_of(fg)
     began = time.perf_counter()
     try:
-        ex: Extraction = solve(fp.problem, method, **options)
+        ex: Extraction = solve(fp.problem, method, time_limit)
     except ExtractionError as e:
         return ForeignResult(method, float("nan"), float("nan"), time.perf_counter() - began, "failed", "", {}, str(e))
     seconds = time.perf_counter() - began
@@ -67,7 +67,16 @@ def extract(fg: ForeignEGraph, method: str, fp: ForeignProblem | None = None, **
     return ForeignResult(method, ex.dag_cost, ex.tree_cost, seconds, ex.status, ex.note, chosen)
 
 
-def extract_all(fg: ForeignEGraph, methods: Iterable[str] = EXTRACTORS, **options: float) -> list[ForeignResult]:
-    """Every extractor of ``methods`` on ``fg`` (one problem shared); ``options`` go to the ILP."""
+def extract_each(fg: ForeignEGraph, methods: Iterable[str] = EXTRACTORS,
+                 time_limit: float | None = None) -> Iterator[ForeignResult]:
+    """Every extractor of ``methods`` on ``fg`` (one problem shared), each within ``time_limit`` seconds
+    (default: each one's own), each result as soon as it is known."""
     fp = problem_of(fg)
-    return [extract(fg, m, fp, **(options if m == "ilp" else {})) for m in methods]
+    for m in methods:
+        yield extract(fg, m, fp, time_limit)
+
+
+def extract_all(fg: ForeignEGraph, methods: Iterable[str] = EXTRACTORS,
+                time_limit: float | None = None) -> list[ForeignResult]:
+    """``extract_each``'s results, as a list."""
+    return list(extract_each(fg, methods, time_limit))

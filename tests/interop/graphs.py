@@ -100,3 +100,40 @@ def egglog_sharing() -> dict[str, Any]:
     egraph.register(rewrite(T.arg(0)).to(T.shared().use(0)), rewrite(T.arg(1)).to(T.shared().use(1)))
     egraph.run(2)
     return json.loads(egraph._serialize().to_json())
+
+
+def chain(n: int, alternatives: int = 1) -> dict[str, Any]:
+    """A chain of ``n`` classes listed parents first: class k holds ``op(k+1)`` (cost 1) and, from
+    ``alternatives`` > 1, more forms of cost 2, 3...; the last class is a leaf.  Its root is class 0."""
+    nodes = {}
+    for k in range(n):
+        kids = [f"n{k + 1}.0"] if k + 1 < n else []
+        for a in range(alternatives):
+            nodes[f"n{k}.{a}"] = node(f"op{a}", f"c{k}", kids, cost=1.0 + a)
+    return {"nodes": nodes, "root_eclasses": ["c0"]}
+
+
+def random_egraph(seed: int, classes: int, roots: int = 4, leaves: float = 0.3) -> dict[str, Any]:
+    """A random e-graph shaped like a saturated term graph: 1-4 forms per class, children mostly in
+    nearby later classes (so subterms are shared), a few reading earlier classes (cycles), leaves
+    costing 1-10 and operators 0-5; a class's first form is a leaf with probability ``leaves`` (with 0,
+    most classes are needed, as in a program's e-graph).  Greedy's tree cost misses the sharing."""
+    import random
+
+    rng = random.Random(seed)
+    nodes: dict[str, dict[str, Any]] = {}
+    for k in range(classes):
+        for f in range(rng.randint(1, 4)):
+            later = classes - k - 1
+            arity = 0 if later == 0 or (f == 0 and rng.random() < leaves) else rng.choice((1, 1, 2, 2, 3))
+            kids = []
+            for _ in range(arity):
+                if k and rng.random() < 0.03:
+                    kids.append(rng.randrange(k))  # a cycle through an earlier class
+                elif rng.random() < 0.7:
+                    kids.append(k + 1 + min(later - 1, int(rng.expovariate(0.3))))
+                else:
+                    kids.append(rng.randrange(k + 1, classes))
+            cost = float(rng.randint(1, 10)) if not kids else float(rng.randint(0, 5))
+            nodes[f"{k}.{f}"] = node(f"op{rng.randrange(6)}", f"c{k}", [f"{c}.0" for c in kids], cost=cost)
+    return {"nodes": nodes, "root_eclasses": [f"c{k}" for k in range(0, classes, max(1, classes // roots))]}
