@@ -112,9 +112,7 @@ class Bench:
         The budget holds: no launch starts when the last one would not fit in what is ``left()``, so a variant
         whose first run already exceeds it keeps that run as its one time; none starts once ``stop()``.
         """
-        if first >= left() or stop():
-            return Timing((first,))
-        if first < target:
+        if first < min(target, left()) and not stop():
             first = self.device.launch(compiled, self.inputs, outputs)  # warm-up
         lo, hi = repeats
         n = max(lo, min(hi, math.ceil(target / max(first, 1e-7))))

@@ -183,7 +183,10 @@ class _Search:
             if self.hopeless(guess):
                 continue
             self._report(len(self.trials), total, None, v)
-            self.trials[v] = trial = self.measure(bench, v, guess)
+            trial = self.measure(bench, v, guess)
+            if trial is None:  # cancelled while it was being built: never launched
+                return
+            self.trials[v] = trial
             if trial.status == OK and self.observe is not None:
                 self.observe(self.kernel, self.device, v, trial.seconds)  # type: ignore[arg-type]
             self._report(len(self.trials), total, trial, v)
@@ -204,11 +207,14 @@ class _Search:
             self.progress(Progress(self.kernel.key, self.device.name, done, total, trial, v,
                                    self.clock() - self.start, self.limit))
 
-    def measure(self, bench: Bench, v: Variant, predicted: float) -> Trial:
+    def measure(self, bench: Bench, v: Variant, predicted: float) -> Trial | None:
+        """Build, verify and time ``v``; None when cancelled before its first launch."""
         try:
             compiled = self.device.compile(self.kernel, v)
         except Exception as e:  # a build error (with its log) or a variant the device refuses
             return Trial(v, FAILED, None, predicted, _first_lines(str(e)))
+        if self.cancelling():
+            return None
         outs: list[Any] = []
         try:
             wrong, outs, first = bench.verify(compiled)
