@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+import sample_graphs
 from engine import load
 from engine.devices import NumpyDevice
 from engine.devices.base import DEFAULT_VARIANT, Variant
@@ -20,8 +21,6 @@ from engine.tuning import OK, Budget, Tuner, tune
 from engine.tuning.calibrate import Calibrations, shape
 from engine.tuning.space import seeds
 from tests.test_autotune import matmul, row_sum
-
-import sample_graphs
 
 
 @dataclass
@@ -148,7 +147,7 @@ def test_a_hopeless_device_is_skipped_and_said_so():
                         Options(tune_cache=False, tune_budget=Budget(variants=2, seconds=5.0, total=30.0)))
     assert c.verification.ok and c.skipped and not any(kn.device == "hopeless" for kn in c.tuning)
     assert {kn.device for kn in c.skipped} == {"hopeless"}
-    for kn, skip in c.skipped.items():
+    for skip in c.skipped.values():
         assert skip.on == "numpy" and skip.predicted > 8 * skip.measured
         assert str(skip).startswith("skipped: predicted ") and "measured on numpy" in str(skip)
     assert c.plan.unmeasured == 0 and c.plan.coverage().startswith("all ")
