@@ -31,6 +31,7 @@ from engine.plan import Launch
 from engine.tuning import Progress
 from zyx_explorer import model
 from zyx_explorer.commands import ExplorerCommands
+from zyx_explorer.compile_cmd import progress_text
 from zyx_explorer.screens.help import HelpScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
@@ -199,12 +200,11 @@ class ExplorerApp(App):
         self.post_message(StageDone(""))
 
     def _tune_progress(self, p: Progress) -> None:
-        """Called in the worker thread after each variant the tuner times."""
+        """Called in the worker thread before and after each variant the tuner times."""
         c = self.session.compilation
         kz = c.kernelization if c is not None else None
         names = {cand.kernel.key: cand.kernel.name for cand in kz.candidates.values()} if kz is not None else {}
-        self.post_message(TuneProgress(f"tuning {names.get(p.kernel, p.kernel[:10])} on {p.device[:24]} "
-                                       f"{p.done}/{p.total}  (c stops)"))
+        self.post_message(TuneProgress(f"tuning {progress_text(p, names)}  (c stops)"))
 
     @on(TuneProgress)
     def _tuning(self, message: TuneProgress) -> None:
@@ -336,8 +336,9 @@ class ExplorerApp(App):
             return
         stage, times = self.viewed, self.session.kernel_times(self.viewed)
         tuning = self.session.tuning(stage)
+        c = self.session.compilation
         rows = model.variant_rows(cand_id, times, tuning, lambda kn: self.session.variant(stage, kn),
-                                  self._launched(cand_id))
+                                  self._launched(cand_id), c.skipped if c is not None else None)
         table.set_rows(rows)
         tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
         text = f"variants of {cand.kernel.name}: {len(rows)} on {len({r.key[0] for r in rows})} devices"
@@ -360,7 +361,8 @@ class ExplorerApp(App):
         measured = c.execution.step_times if c.execution is not None and model.reached(self.viewed, "executed") else None
         if self._changed("plan", plan, measured):
             self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured))
-        text = (f"{len(plan.steps)} steps, {len(plan.launches())} launches; predicted {model.seconds_text(plan.predicted)}"
+        text = (f"{len(plan.steps)} steps, {len(plan.launches())} launches ({plan.coverage()}); "
+                f"predicted {model.seconds_text(plan.predicted)}"
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")
         if self.session.pins:

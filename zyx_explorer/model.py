@@ -269,7 +269,8 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None) -> list[Row]:
             where, predicted, nbytes = step.value[1], None, step.buffer.nbytes
         took = measured[i] if measured is not None and i < len(measured) and kind in ("Launch", "Copy") else None
         style = {"Launch": "", "Copy": "cyan", "Allocate": "dim", "Free": "dim"}[kind]
-        rows.append(Row(i, (str(i), kind, what, where, bytes_text(nbytes), seconds_text(predicted),
+        source = (" m" if step.measured else " p") if isinstance(step, Launch) else ""  # measured by the tuner
+        rows.append(Row(i, (str(i), kind, what, where, bytes_text(nbytes), seconds_text(predicted) + source,
                             seconds_text(took)), style))
     return rows
 
@@ -337,17 +338,20 @@ def launched_variant(cand_id: str, times: Mapping[KernelNode, float], chosen: se
 
 
 def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mapping[KernelNode, TuneResult],
-                 variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None) -> list[Row]:
+                 variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None,
+                 skipped: Mapping[KernelNode, object] | None = None) -> list[Row]:
     """Every variant tried of candidate ``cand_id`` on each device, fastest verified first: ``*`` launched,
-    ``<`` best; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
+    ``<`` best; a device whose kernel was not tuned shows the one variant it would launch, predicted, and why
+    it was skipped when its prediction was hopeless."""
     rows = []
     for kn in sorted((k for k in times if k.candidate == cand_id), key=lambda k: k.device):
         result = tuning.get(kn)
         if result is None:
             v = variant_of(kn)
             mark = "*" if launched == (kn.device, v) else " "
-            rows.append(Row((kn.device, v), (mark, kn.device, str(v), "not tuned", "", seconds_text(times[kn]), "",
-                                             ""), "dim"))
+            why = str((skipped or {}).get(kn, ""))
+            rows.append(Row((kn.device, v), (mark, kn.device, str(v), "skipped" if why else "not tuned", "",
+                                             seconds_text(times[kn]), "", why), "dim"))
             continue
         for t in sorted(result.trials, key=lambda t: (t.status != OK, math.inf if t.seconds is None else t.seconds)):
             best = result.ok and t.variant == result.best
@@ -378,7 +382,8 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
         out["tuning"] = "not tuned: cost-model predictions"
     if c.plan is not None:
         launches = len(c.plan.launches())
-        out["plan"] = (f"{len(c.plan.steps)} steps ({launches} launches), predicted {seconds_text(c.plan.predicted)}, "
+        out["plan"] = (f"{len(c.plan.steps)} steps ({launches} launches: {c.plan.coverage()}), "
+                       f"predicted {seconds_text(c.plan.predicted)}, "
                        f"peak {bytes_text(c.plan.peak_bytes)}")
     if c.execution is not None:
         out["measured"] = seconds_text(c.execution.total)
