@@ -24,7 +24,7 @@ import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
-from engine.extract import EXTRACTORS, Extraction, Pin
+from engine.extract import EXTRACTORS, Explainer, Extraction, Pin, explainer
 from engine.kernel.attach import Attached, KernelNode, attach
 from engine.kernel.ir import Kernel
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
@@ -304,6 +304,12 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins)
     c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
                         lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
+
+
+def explain(c: Compilation) -> Explainer:
+    """Why each class of ``c``'s plan is made as it is, in the extractor's objective (DAG cost, same times)."""
+    assert c.egraph is not None and c.extraction is not None
+    return explainer(c.egraph, c.device_pools, c.kernel_times.__getitem__, c.transfer_time(), c.extraction)
 
 
 def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None) -> Verification:

@@ -299,8 +299,10 @@ class ExplorerApp(App):
             return
         c = self.session.compilation
         kz = c.kernelization if c is not None and model.reached(self.viewed, model.KERNELIZED) else None
+        current = self.session.current()
         detail.show(eg, self.selected, self.session.extraction(self.viewed), self.session.kernel_times(self.viewed),
-                    kz, self.session.pins)
+                    kz, self.session.pins, self.session.why(self.viewed, self.selected),
+                    current.measured if current is not None else lambda kn: False)
 
     def _show_costs(self) -> None:
         table, c = self.query_one(CostsTable), self.session.current()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from engine import Program, pipeline
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Choice, Extraction, ExtractionError, Pins
+from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Why
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
@@ -76,6 +76,7 @@ class Session:
     failed: str | None = None
     _iterations: dict[int, EGraph] = field(default_factory=dict)
     _class_rows: dict[tuple[int, int], tuple[EGraph, Extraction | None, list[Row]]] = field(default_factory=dict)
+    _explainer: Explainer | None = None
 
     def record(self, c: Compilation, seconds: float) -> None:
         """Called in the worker thread right after stage ``c.stage``: keep what later stages will change."""
@@ -144,6 +145,15 @@ class Session:
         """The variant kernel node ``kn`` launches with as of ``stage`` (the default before tuning)."""
         c = self.compilation
         return c.variants.get(kn, DEFAULT_VARIANT) if c is not None and reached(stage, TUNED) else DEFAULT_VARIANT
+
+    def why(self, stage: str, cid: ClassId) -> Why | None:
+        """Why class ``cid`` is made as it is in the plan shown (DAG cost, as the extractor decided)."""
+        c = self.current()
+        if c is None or c.extraction is None or not reached(stage, PLAN):
+            return None
+        if self._explainer is None or self._explainer.extraction is not c.extraction:
+            self._explainer = pipeline.explain(c)
+        return self._explainer.why(c.egraph.find(cid))  # type: ignore[union-attr]
 
     def candidate(self, cand_id: str) -> Candidate | None:
         c = self.compilation
