@@ -2,6 +2,7 @@
 
     python benchmarks/calibration.py                     # every full-size sample, every device found
     python benchmarks/calibration.py mlp attention --gpu # some samples; --gpu: GPUs only for OpenCL
+    python benchmarks/calibration.py --quick-start       # the explorer on the default sample, to "done"
     bash benchmarks/h200.sh --calibration                # the same on the H200 device machine
 
 Each sample compiles with an empty cache (a fresh ``ZYX_EXPLORE_CACHE``: copy links, device calibration and
@@ -59,11 +60,42 @@ def compile_cold(name: str, devices: list) -> tuple[Compilation, float, list[flo
     return c, wall, reruns
 
 
+def quick_start() -> None:
+    """Open the explorer (headless, 140x40) on the default sample with an empty cache; time it to "done"."""
+    import asyncio
+
+    from zyx_explorer.app import ExplorerApp
+    from zyx_explorer.cli import default_file
+
+    async def run() -> float:
+        path = default_file()
+        app = ExplorerApp(load(path), path)
+        start = time.perf_counter()
+        async with app.run_test(size=(140, 40)) as pilot:
+            while app.running or "executed" not in app.session.done:
+                if app.session.failed:
+                    raise SystemExit(f"failed: {app.session.failed}")
+                await pilot.pause(0.1)
+            took = time.perf_counter() - start
+            c = app.session.compilation
+            print(f"quick start ({path.name}, empty cache): done in {took:.1f} s; tuned stage "
+                  f"{c.tune_seconds:.1f} s of a {c.budget.total:g} s budget; plan {c.plan.coverage()}, "
+                  f"{len(c.plan.launches())} launches on {len({s.device for s in c.plan.launches()})} devices")
+        return took
+
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["ZYX_EXPLORE_CACHE"] = cache
+        asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("samples", nargs="*", help="sample names (default: every full-size sample)")
     parser.add_argument("--gpu", action="store_true", help="OpenCL GPUs only (the CPU runtime left out)")
+    parser.add_argument("--quick-start", action="store_true", help="time the explorer on the default sample instead")
     args = parser.parse_args()
+    if args.quick_start:
+        return quick_start()
     names = args.samples or [n for n in sample_graphs.names() if not n.endswith(".small")]
     devices = discover()
     if args.gpu:

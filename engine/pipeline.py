@@ -37,6 +37,10 @@ from engine.tuning.calibrate import Calibrations
 from engine.tuning.links import Link, LinkCache, measured_links, transfer_time
 from engine.tuning.search import HOPELESS, lost
 
+RIVALS_SHARE = 0.5
+"""Rivals (the plan's kernels on other devices) are timed only while more than this share of the budget is left,
+so that a plan that changes because of them can still have its new launches timed."""
+
 STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
 
 
@@ -235,7 +239,8 @@ def predict_all(c: Compilation, model: Callable[[Kernel, Device, Variant], float
 
 def tune_plan(c: Compilation, tuner: Tuner) -> None:
     """Predict every kernel, then tune what the extracted plan launches until all its launches are timed, then
-    the plan's kernels on the other devices (``_rivals``), re-extracting after each batch, within the budget.
+    the plan's kernels on the other devices (``_rivals``, while more than RIVALS_SHARE of the budget is left),
+    re-extracting after each batch, within the budget.
 
     ``c`` is left without an extraction or plan (the ``tuned`` stage has none).
     """
@@ -243,7 +248,9 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
     by_name = {d.name: d for d in c.devices}
     while tuner.left > 0:
         extract(c)
-        todo = [kn for kn in c.plan_kernels() if kn not in c.tuning] or _rivals(c, tuner)
+        todo = [kn for kn in c.plan_kernels() if kn not in c.tuning]
+        if not todo and tuner.left > tuner.budget.total * RIVALS_SHARE:  # the rest is kept for the plan's launches
+            todo = _rivals(c, tuner)
         if not todo:
             break
         for kn in todo:
@@ -253,8 +260,9 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
             result = tuner.tune(_kernel(c, kn), device)
             if result.cancelled:
                 c.cancelled = True
-                c.extraction = c.plan = None
-                return
+                break
+            if not result.trials and tuner.left <= 0:  # the budget ended before its first trial: still predicted
+                break
             c.tuning[kn] = result
             c.variants[kn] = result.best
             c.kernel_times[kn] = result.seconds  # type: ignore[index]  # inf when no variant ran
@@ -262,7 +270,18 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
                 _avoid(c, kn.device, f"device {kn.device} was lost while tuning ({device.lost})")  # type: ignore[attr-defined]
             elif not result.ok:
                 c.problems.append(f"{kn}: no variant ran ({result.failure.splitlines()[0]}); extraction avoids it")
+        _repredict(c, tuner)
+        if c.cancelled:
+            break
     c.extraction = c.plan = None
+
+
+def _repredict(c: Compilation, tuner: Tuner) -> None:
+    """The untimed kernels' times from the model as refitted by every measurement so far."""
+    by_name = {d.name: d for d in c.devices}
+    for kn, seconds in c.kernel_times.items():
+        if kn not in c.tuning and math.isfinite(seconds):
+            c.kernel_times[kn] = tuner.predict(_kernel(c, kn), by_name[kn.device], c.variants[kn])  # type: ignore[index]
 
 
 def _rivals(c: Compilation, tuner: Tuner) -> list[KernelNode]:

@@ -54,8 +54,8 @@ def test_explore_refuses_a_bad_file_before_the_ui_starts(tmp_path, capsys):
     assert "missing.json: no such file" in capsys.readouterr().err
 
 
-def test_default_file_is_the_bundled_mlp():
-    assert default_file() == sample_graphs.path("mlp")
+def test_default_file_is_the_bundled_attention():
+    assert default_file() == sample_graphs.path("attention")
     assert default_file().is_file()
 
 

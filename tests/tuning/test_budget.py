@@ -16,7 +16,7 @@ from engine import load
 from engine.devices import NumpyDevice
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.ir import Kernel
-from engine.pipeline import Options, compile_program
+from engine.pipeline import Options, compile_program, compile_stages
 from engine.tuning import OK, Budget, Tuner, tune
 from engine.tuning.calibrate import Calibrations, shape
 from engine.tuning.space import seeds
@@ -151,3 +151,19 @@ def test_a_hopeless_device_is_skipped_and_said_so():
         assert skip.on == "numpy" and skip.predicted > 8 * skip.measured
         assert str(skip).startswith("skipped: predicted ") and "measured on numpy" in str(skip)
     assert c.plan.unmeasured == 0 and c.plan.coverage().startswith("all ")
+
+
+def test_a_plan_whose_budget_ended_says_how_many_launches_are_predicted_only():
+    c = compile_program(load(sample_graphs.path("attention.small")), [NumpyDevice()],
+                        Options(tune_cache=False, tune_budget=Budget(seconds=1.0, total=0.0)))
+    n = len(c.plan.launches())
+    assert not c.tuning and not c.problems and c.plan.unmeasured == n > 1
+    assert c.plan.coverage() == f"{n} of {n} launches predicted only" and c.verification.ok
+
+
+def test_executed_steps_refit_the_model():
+    seen = {}
+    for c in compile_stages(load(sample_graphs.path("mlp.small")), [NumpyDevice()],
+                            Options(tune_cache=False, tune_budget=Budget(variants=1, seconds=5.0, total=10.0))):
+        seen[c.stage] = c.calibrations.by_device["numpy"].observations if c.calibrations else 0
+    assert seen["executed"] == seen["plan"] + len(c.plan.launches()) and c.plan.unmeasured == 0
