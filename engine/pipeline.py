@@ -203,10 +203,10 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
     began = time.perf_counter()
     if options.tune:
         c.budget = options.tune_budget
-        c.links = measured_links(devices, LinkCache() if options.tune_cache else None)
         c.calibrations = Calibrations(persist=options.tune_cache)
         tuner = Tuner(budget=options.tune_budget, use_cache=options.tune_cache, progress=progress, cancel=cancel,
-                      calibrations=c.calibrations)
+                      calibrations=c.calibrations)  # the budget counts from here: copy links and calibration too
+        c.links = measured_links(devices, LinkCache() if options.tune_cache else None)
         tune_plan(c, tuner)
     else:
         c.calibrations = Calibrations(persist=options.tune_cache, fit=False)  # stored fits if any; no device runs without tuning
@@ -249,12 +249,14 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
     while tuner.left > 0:
         extract(c)
         todo = [kn for kn in c.plan_kernels() if kn not in c.tuning]
-        if not todo and tuner.left > tuner.budget.total * RIVALS_SHARE:  # the rest is kept for the plan's launches
+        floor = 0.0
+        if not todo:  # rivals, leaving RIVALS_SHARE of the budget for the launches of a plan they change
+            floor = tuner.budget.total * RIVALS_SHARE
             todo = _rivals(c, tuner)
-        if not todo:
+        if not todo or tuner.left <= floor:
             break
         for kn in todo:
-            if tuner.left <= 0:
+            if tuner.left <= floor:
                 break
             device = by_name[kn.device]
             result = tuner.tune(_kernel(c, kn), device)

@@ -323,8 +323,8 @@ def _result(kernel: Kernel, device: Device, search: _Search, state: str) -> Tune
 
 class Tuner:
     """Tunes kernels on devices once per process (and once per machine, through the disk cache), within the
-    budget per kernel and, over all kernels, ``budget.total`` seconds; predictions come from the calibrated
-    cost model (``calibrations``), which every measurement refits.
+    budget per kernel and ``budget.total`` seconds from its creation (calibrating the devices included);
+    predictions come from the calibrated cost model (``calibrations``), which every measurement refits.
 
     ``kernel_time`` is what an extractor asks for: the best verified variant's median seconds.
     """
@@ -345,9 +345,13 @@ class Tuner:
         self.cancel = cancel
         self.calibrations = calibrations or Calibrations(cache_dir, persist=use_cache)
         self.clock = clock
-        self.spent = 0.0
-        """Seconds spent searching so far (cache hits cost none)."""
+        self.started = clock()
         self.results: dict[tuple[str, str], TuneResult] = {}
+
+    @property
+    def spent(self) -> float:
+        """Seconds since this tuner was made: searches, and the calibration and predictions between them."""
+        return self.clock() - self.started
 
     @property
     def left(self) -> float:
@@ -363,7 +367,6 @@ class Tuner:
             result = tune(kernel, device, self.budget, self.cache, self.progress, self.cancel,
                           limit=min(self.budget.seconds, max(self.left, 0.0)), model=self.predict,
                           observe=self.calibrations.observe, clock=self.clock)
-            self.spent += result.elapsed
             if result.cache != "hit":
                 self.calibrations.save(device)
             if result.cancelled:
