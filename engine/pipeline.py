@@ -128,6 +128,9 @@ class Compilation:
     """The devices' calibrated cost models (from ``tuned`` on); executed steps refit them."""
     skipped: dict[KernelNode, Skip] = field(default_factory=dict)
     """Kernel nodes not tuned because their prediction was hopeless next to another device's measured time."""
+    untried: frozenset[KernelNode] = frozenset()
+    """Untimed kernels left out of the plan because the budget ended before they were timed and a timed kernel
+    makes the same class: a plan is not changed to kernels only predicted once there is no time to check them."""
     tune_seconds: float = 0.0
     """Wall time of the tuned stage (copy links and calibration included)."""
     budget: Budget | None = None
@@ -153,6 +156,10 @@ class Compilation:
     @property
     def device_pools(self) -> dict[str, str]:
         return {d.name: d.pool for d in self.devices}
+
+    def extraction_time(self, kn: KernelNode) -> float:
+        """What extraction (and its explanation) prices ``kn`` at: its time, infinite when ``untried``."""
+        return math.inf if kn in self.untried else self.kernel_times[kn]
 
     def measured(self, kn: KernelNode) -> bool:
         """Whether kernel node ``kn``'s time was measured (tuned), not predicted."""
@@ -255,11 +262,12 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
             todo = _rivals(c, tuner)
         if not todo or tuner.left <= floor:
             break
-        for kn in todo:
+        for i, kn in enumerate(todo):
             if tuner.left <= floor:
                 break
             device = by_name[kn.device]
-            result = tuner.tune(_kernel(c, kn), device)
+            share = (tuner.left - floor) / (len(todo) - i)  # each launch of the plan gets its turn
+            result = tuner.tune(_kernel(c, kn), device, share)
             if result.cancelled:
                 c.cancelled = True
                 break
@@ -275,6 +283,11 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
         _repredict(c, tuner)
         if c.cancelled:
             break
+    if tuner.left <= 0 or c.cancelled:
+        assert c.kernelization is not None
+        made = c.kernelization.candidates
+        classes = {made[kn.candidate].output for kn in c.tuning if c.tuning[kn].ok}
+        c.untried = frozenset(kn for kn in c.kernel_times if kn not in c.tuning and made[kn.candidate].output in classes)
     c.extraction = c.plan = None
 
 
@@ -321,7 +334,7 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     """(Re-)extract the plan of a kernelized compilation from its kernel times, under ``pins``."""
     assert c.egraph is not None and c.kernelization is not None
     copy_time = c.transfer_time()
-    kernel_time = c.kernel_times.__getitem__
+    kernel_time = c.extraction_time
     c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins)
     c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
                         lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
@@ -330,7 +343,7 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
 def explain(c: Compilation) -> Explainer:
     """Why each class of ``c``'s plan is made as it is, in the extractor's objective (DAG cost, same times)."""
     assert c.egraph is not None and c.extraction is not None
-    return explainer(c.egraph, c.device_pools, c.kernel_times.__getitem__, c.transfer_time(), c.extraction)
+    return explainer(c.egraph, c.device_pools, c.extraction_time, c.transfer_time(), c.extraction)
 
 
 def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None) -> Verification:

@@ -361,11 +361,12 @@ class Tuner:
     def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
         return self.calibrations.predict(kernel, device, variant)
 
-    def tune(self, kernel: Kernel, device: Device) -> TuneResult:
+    def tune(self, kernel: Kernel, device: Device, share: float = math.inf) -> TuneResult:
+        """The kernel's result, searched for at most its budget, what is left of the total, and ``share``."""
         k = (kernel.key, device.name)
         if k not in self.results:
             result = tune(kernel, device, self.budget, self.cache, self.progress, self.cancel,
-                          limit=min(self.budget.seconds, max(self.left, 0.0)), model=self.predict,
+                          limit=min(self.budget.seconds, max(self.left, 0.0), share), model=self.predict,
                           observe=self.calibrations.observe, clock=self.clock)
             if result.cache != "hit":
                 self.calibrations.save(device)
