@@ -10,7 +10,8 @@ is extracted, the kernels it launches are tuned (timed variants), and that repea
 plan launches only timed kernels; then, while the budget lasts, the plan's kernels are timed on
 the other devices too (unless their prediction is hopeless next to the time measured), so that
 a choice is made between measurements.  Candidates no plan would take are never built.  When
-the total budget ends first, the plan says how many of its launches are predicted only.
+the total budget ends first, the plan says how many of its launches are predicted only, and it
+is not switched to untimed kernels of classes a timed kernel makes (``Compilation.untried``).
 """
 
 from __future__ import annotations

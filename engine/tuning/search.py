@@ -199,7 +199,7 @@ class _Search:
         if not ranked:
             return False
         best = ranked[0]
-        ratio = predicted / max(best.predicted, 1e-12)
+        ratio = predicted / max(self.model(self.kernel, self.device, best.variant), 1e-12)  # one model, as refitted
         return ratio > HOPELESS or ratio * best.seconds > self.left()  # type: ignore[operator]
 
     def _report(self, done: int, total: int, trial: Trial | None, v: Variant) -> None:
