@@ -16,7 +16,7 @@ from engine import load
 from engine.devices import NumpyDevice
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.ir import Kernel
-from engine.pipeline import Options, compile_program, compile_stages
+from engine.pipeline import Options, compile_program, compile_stages, extract, tune_plan
 from engine.tuning import OK, Budget, Tuner, tune
 from engine.tuning.calibrate import Calibrations, shape
 from engine.tuning.space import seeds
@@ -167,3 +167,25 @@ def test_executed_steps_refit_the_model():
                             Options(tune_cache=False, tune_budget=Budget(variants=1, seconds=5.0, total=10.0))):
         seen[c.stage] = c.calibrations.by_device["numpy"].observations if c.calibrations else 0
     assert seen["executed"] == seen["plan"] + len(c.plan.launches()) and c.plan.unmeasured == 0
+
+
+def test_when_the_budget_ends_the_plan_is_not_switched_to_untimed_kernels():
+    """A device predicted fast but 1 s a launch: its first kernel is timed, then the budget ends.  Numpy, still
+    predicted faster than that measured second, is not put in the plan for that class without a timing."""
+    class Optimist(Slow):
+        def predict(self, kernel, variant=DEFAULT_VARIANT) -> float:
+            return 1e-9
+
+    device = Optimist(name="optimist", seconds=lambda v: 1.0)
+    stages = compile_stages(load(sample_graphs.path("mlp.small")), [NumpyDevice(), device], Options(tune=False))
+    c = next(c for c in stages if c.stage == "kernelized")
+    tuner = Tuner(budget=Budget(variants=4, seconds=10.0, total=1.0), use_cache=False, clock=device.clock,
+                  calibrations=Calibrations(persist=False, fit=False))
+    tune_plan(c, tuner)
+    extract(c)
+    timed = [kn for kn in c.tuning if c.tuning[kn].ok]
+    assert [kn.device for kn in timed] == ["optimist"] and c.untried
+    assert all(kn.device == "numpy" and kn not in c.tuning for kn in c.untried)
+    first = next(s for s in c.plan.launches() if s.kernel.key == c.kernelization.candidates[timed[0].candidate].kernel.key)
+    assert first.device == "optimist" and first.measured
+    assert c.plan.unmeasured == len(c.plan.launches()) - 1
