@@ -175,7 +175,8 @@ class Calibrations:
         if not (math.isfinite(seconds) and seconds > 0 and part > 0):
             return
         ratio = max(seconds - c.overhead, 0.1 * seconds) / part
-        c.kernels.pop(kernel.key, None) if len(c.kernels) >= KERNEL_LIMIT else None
+        if kernel.key not in c.kernels and len(c.kernels) >= KERNEL_LIMIT:
+            del c.kernels[next(iter(c.kernels))]  # the oldest
         c.kernels.setdefault(kernel.key, Fit()).add(ratio)
         if seconds > 2 * c.overhead:
             c.shapes.setdefault(shape(kernel), Fit()).add(ratio)
