@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs benchmarks/compare.py --gpu on the H200 device machine: bash benchmarks/h200.sh [compare.py args...]
-# (bash benchmarks/h200.sh --sweep [matmul_sweep.py args...] runs the matmul variant sweep instead)
+# (bash benchmarks/h200.sh --sweep [matmul_sweep.py args...] runs the matmul variant sweep instead;
+#  bash benchmarks/h200.sh --calibration [calibration.py args...] the cost-model calibration and cold compiles)
 # Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24 (and tinygrad) in .wheels/ (carried).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wheels/*.whl || exit 1
@@ -11,7 +12,10 @@ nvrtc=$(python3 -c 'import nvidia.cuda_nvrtc, os; print(os.path.dirname(nvidia.c
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${nvrtc:+$nvrtc/lib:}${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
-if [ "${1:-}" = "--sweep" ]; then
+if [ "${1:-}" = "--calibration" ]; then
+  shift
+  python3 benchmarks/calibration.py --gpu "$@"
+elif [ "${1:-}" = "--sweep" ]; then
   shift
   python3 benchmarks/matmul_sweep.py "$@"
 else

@@ -888,6 +888,115 @@ def solve(problem: Problem, method: str, time_limit: float | None = None) -> Ext
     return _SOLVERS[method](problem, selection, deadline)
 
 
+# -- why a value is made the way it is, in the DAG objective --------------------------------------------
+
+
+@dataclass(frozen=True)
+class Term:
+    """One kernel or copy of a plan: the value it makes, its node, its seconds (as the extractor priced it)."""
+
+    value: Value
+    node: NodeId
+    seconds: float
+    copy: bool = False
+
+
+@dataclass(frozen=True)
+class Rival:
+    """The plan with one value made another way (``via``: a kernel, or a copy and the kernel it copies), every
+    input it newly needs made the tree-cheapest way: its DAG cost, and the terms it adds and drops."""
+
+    via: tuple[Term, ...]
+    dag_cost: float
+    added: tuple[Term, ...]
+    dropped: tuple[Term, ...]
+
+
+@dataclass(frozen=True)
+class Why:
+    """Why class ``cls`` is made as it is: the extraction's DAG cost (its objective), the chosen producer(s) of the
+    value its users read, and the rivals, cheapest first.  ``rival.dag_cost - dag_cost`` is the marginal cost of
+    the rival and equals ``sum(added) - sum(dropped)``."""
+
+    cls: ClassId
+    value: Value
+    dag_cost: float
+    chosen: tuple[Term, ...]
+    rivals: tuple[Rival, ...]
+
+
+class Explainer:
+    """Answers ``why(cls)`` for one extraction, on the same problem (times, copies) the extractor solved."""
+
+    def __init__(self, problem: Problem, extraction: Extraction) -> None:
+        self.problem = problem
+        self.extraction = extraction
+        self.roots = sorted(set(problem.outputs.values()))
+        self.selection: dict[Value, Producer] = {}
+        for v, choice in extraction.choices.items():
+            self.selection[v] = next(p for p in problem.producers[v]
+                                     if p.node == choice.node and p.source == choice.source)
+        self.fill = {v: p for v, (_, p) in _greedy_best(problem).items()}
+        self.needed = _needed(self.selection, self.roots) or []
+
+    def _value(self, cls: ClassId) -> Value | None:
+        """The value of ``cls`` its users read: an output, or one a kernel reads (not only a copy's source)."""
+        mine = [v for v in self.needed if v[0] == cls]
+        if not mine:
+            return None
+        read = {u for v in self.needed for u in self.selection[v].inputs if self.selection[v].source is None}
+        read |= set(self.roots)
+        return next((v for v in mine if v in read), mine[-1])
+
+    def _terms(self, sel: Mapping[Value, Producer], values: Iterable[Value]) -> tuple[Term, ...]:
+        return tuple(Term(v, sel[v].node, sel[v].time, sel[v].source is not None) for v in values)
+
+    def why(self, cls: ClassId, limit: int = 6) -> Why | None:
+        """None when ``cls`` is not in the plan."""
+        value = self._value(cls)
+        if value is None:
+            return None
+        chosen = self.selection[value]
+        chosen_terms = [value] + ([chosen.source] if chosen.source is not None else [])
+        base = {**self.fill, **self.selection}
+        rivals: dict[tuple[NodeId, ...], Rival] = {}
+        for p in self.problem.producers[value]:
+            sources = [None] if p.source is None else [q for q in self.problem.producers.get(p.source, [])
+                                                       if q.source is None]
+            for q in sources:
+                if p is chosen and (q is None or q is self.selection.get(p.source)):  # type: ignore[arg-type]
+                    continue
+                sel = dict(base)
+                sel[value] = p
+                if q is not None:
+                    sel[p.source] = q  # type: ignore[index]
+                rival = self._rival(sel, [value] + ([p.source] if q is not None else []))  # type: ignore[list-item]
+                if rival is not None:
+                    rivals.setdefault(tuple(t.node for t in rival.via), rival)
+        ranked = sorted(rivals.values(), key=lambda r: (r.dag_cost, tuple(t.node for t in r.via)))
+        return Why(cls, value, self.extraction.dag_cost, self._terms(self.selection, chosen_terms),
+                   tuple(ranked[:limit]))
+
+    def _rival(self, sel: dict[Value, Producer], via: list[Value]) -> Rival | None:
+        try:
+            order = _needed(sel, self.roots)
+        except KeyError:  # an input nothing computes
+            return None
+        if order is None:  # the swap would read its own output (a copy back and forth)
+            return None
+        before, after = set(self.needed), set(order)
+        added = [v for v in order if v not in before or self.selection[v] is not sel[v]]
+        dropped = [v for v in self.needed if v not in after or self.selection[v] is not sel[v]]
+        cost = math.fsum(sel[v].time for v in order)
+        return Rival(self._terms(sel, via), cost, self._terms(sel, added), self._terms(self.selection, dropped))
+
+
+def explainer(egraph: EGraph, device_pools: Mapping[str, str], kernel_time: KernelTime, transfer_time: TransferTime,
+              extraction: Extraction) -> Explainer:
+    """An Explainer of ``extraction`` over the unpinned problem (so that rivals a pin excludes still show)."""
+    return Explainer(_problem(egraph, device_pools, kernel_time, transfer_time, None), extraction)
+
+
 # -- comparing ---------------------------------------------------------------------------------------
 
 

@@ -5,15 +5,19 @@
     cost model's predictions with ``tune=False``) -> plan (extraction + ExecPlan) -> executed
     (run, checked against the reference interpreter)
 
-Tuning follows the plan: every kernel gets the cost model's prediction, the plan is
-extracted, the kernels it uses are tuned (timed variants), and that repeats until the plan
-only uses timed kernels (or ``tune_rounds`` is spent), so candidates no plan would take
-are never built.
+Tuning follows the plan: every kernel gets the calibrated cost model's prediction, the plan
+is extracted, the kernels it launches are tuned (timed variants), and that repeats until the
+plan launches only timed kernels; then, while the budget lasts, the plan's kernels are timed on
+the other devices too (unless their prediction is hopeless next to the time measured), so that
+a choice is made between measurements.  Candidates no plan would take are never built.  When
+the total budget ends first, the plan says how many of its launches are predicted only, and it
+is not switched to untimed kernels of classes a timed kernel makes (``Compilation.untried``).
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +25,7 @@ import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
-from engine.extract import EXTRACTORS, Extraction, Pin
+from engine.extract import EXTRACTORS, Explainer, Extraction, Pin, explainer
 from engine.kernel.attach import Attached, KernelNode, attach
 from engine.kernel.ir import Kernel
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
@@ -30,9 +34,14 @@ from engine.program.primitives import PrimGraph
 from engine.program.program import Program
 from engine.program.reference import evaluate
 from engine.program.values import check_inputs
-from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, predict, suggest
+from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, suggest
+from engine.tuning.calibrate import Calibrations
 from engine.tuning.links import Link, LinkCache, measured_links, transfer_time
-from engine.tuning.search import lost
+from engine.tuning.search import HOPELESS, lost
+
+RIVALS_SHARE = 0.5
+"""Rivals (the plan's kernels on other devices) are timed only while more than this share of the budget is left,
+so that a plan that changes because of them can still have its new launches timed."""
 
 STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
 
@@ -46,9 +55,8 @@ class Options:
     """Run the plan and verify it (the ``executed`` stage)."""
     tune: bool = True
     """Time kernel variants on the devices; False: the cost model's predictions and suggested variants."""
-    tune_budget: Budget = field(default_factory=lambda: Budget(variants=12, seconds=10.0))
-    tune_rounds: int = 4
-    """Extract-then-tune rounds at most (each tunes the kernels the current plan uses)."""
+    tune_budget: Budget = field(default_factory=lambda: Budget(variants=12, seconds=4.0, total=15.0))
+    """Per kernel and device, and in total (``total`` seconds of tuning per compilation)."""
     tune_cache: bool = True
     """Read and write the on-disk tuning cache (``ZYX_EXPLORE_CACHE`` or the user cache dir)."""
     extractor: str = "dag"
@@ -79,6 +87,18 @@ class Verification:
         return all(o.ok for o in self.outputs)
 
 
+@dataclass(frozen=True)
+class Skip:
+    """Why a kernel was not tuned on a device: ``predicted`` there vs ``measured`` on device ``on``."""
+
+    predicted: float
+    measured: float
+    on: str
+
+    def __str__(self) -> str:
+        return f"skipped: predicted {self.predicted:.3g} s vs {self.measured:.3g} s measured on {self.on}"
+
+
 @dataclass
 class Compilation:
     """Every stage of one compilation."""
@@ -106,6 +126,19 @@ class Compilation:
     extractor: str = "dag"
     links: dict[str, Link] = field(default_factory=dict)
     """Measured host<->pool copy costs by pool (from ``tuned`` on, when tuning); nominal ones where absent."""
+    calibrations: Calibrations | None = None
+    """The devices' calibrated cost models (from ``tuned`` on); executed steps refit them."""
+    skipped: dict[KernelNode, Skip] = field(default_factory=dict)
+    """Kernel nodes not tuned because their prediction was hopeless next to another device's measured time."""
+    untried: frozenset[KernelNode] = frozenset()
+    """Untimed kernels left out of the plan because the budget ended before they were timed and a timed kernel
+    makes the same class: a plan is not changed to kernels only predicted once there is no time to check them."""
+    tune_seconds: float = 0.0
+    """Wall time of the tuned stage (copy links and calibration included)."""
+    budget: Budget | None = None
+    """The tuning budget the compilation ran under (None without tuning)."""
+    cancelled: bool = False
+    """Whether tuning was stopped by the user."""
     problems: list[str] = field(default_factory=list)
     """What went wrong but was worked around (a device failing, a kernel no variant could run), one line each."""
     extraction: Extraction | None = None
@@ -125,6 +158,14 @@ class Compilation:
     @property
     def device_pools(self) -> dict[str, str]:
         return {d.name: d.pool for d in self.devices}
+
+    def extraction_time(self, kn: KernelNode) -> float:
+        """What extraction (and its explanation) prices ``kn`` at: its time, infinite when ``untried``."""
+        return math.inf if kn in self.untried else self.kernel_times[kn]
+
+    def measured(self, kn: KernelNode) -> bool:
+        """Whether kernel node ``kn``'s time was measured (tuned), not predicted."""
+        return kn in self.tuning and self.tuning[kn].ok
 
     def transfer_time(self) -> Callable[[int, str, str], float]:
         """Seconds to copy ``nbytes`` from pool ``src`` to ``dst``: measured links, else nominal estimates."""
@@ -168,19 +209,21 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
     c.stage = "kernelized"
     yield c
     c.extractor = options.extractor
-    settled = None
+    began = time.perf_counter()
     if options.tune:
+        c.budget = options.tune_budget
+        c.calibrations = Calibrations(persist=options.tune_cache)
+        tuner = Tuner(budget=options.tune_budget, use_cache=options.tune_cache, progress=progress, cancel=cancel,
+                      calibrations=c.calibrations)  # the budget counts from here: copy links and calibration too
         c.links = measured_links(devices, LinkCache() if options.tune_cache else None)
-        tuner = Tuner(budget=options.tune_budget, use_cache=options.tune_cache, progress=progress, cancel=cancel)
-        settled = tune_plan(c, tuner, options.tune_rounds)
+        tune_plan(c, tuner)
     else:
-        predict_all(c)
+        c.calibrations = Calibrations(persist=options.tune_cache, fit=False)  # stored fits if any; no device runs without tuning
+        predict_all(c, c.calibrations.predict)
+    c.tune_seconds = time.perf_counter() - began
     c.stage = "tuned"
     yield c
-    if settled is None:
-        extract(c)
-    else:
-        c.extraction, c.plan = settled
+    extract(c)
     c.stage = "plan"
     yield c
     if options.execute:
@@ -194,37 +237,44 @@ def _kernel(c: Compilation, kn: KernelNode) -> Kernel:
     return c.kernelization.candidates[kn.candidate].kernel
 
 
-def predict_all(c: Compilation) -> None:
-    """Every kernel node's time and variant from the cost model (no device runs)."""
+def predict_all(c: Compilation, model: Callable[[Kernel, Device, Variant], float]) -> None:
+    """Every kernel node's variant (the cost model's suggestion) and its time by ``model`` (no device runs)."""
     by_name = {d.name: d for d in c.devices}
     for kn in list(c.kernel_times):
         kernel, device = _kernel(c, kn), by_name[kn.device]
-        c.variants[kn] = suggest(kernel, device)
-        c.kernel_times[kn] = predict(kernel, device, c.variants[kn])  # type: ignore[index]
+        c.variants[kn] = suggest(kernel, device, model)
+        c.kernel_times[kn] = model(kernel, device, c.variants[kn])  # type: ignore[index]
 
 
-def tune_plan(c: Compilation, tuner: Tuner, rounds: int) -> tuple[Extraction, ExecPlan] | None:
-    """Predict every kernel, then tune the kernels the extracted plan uses until it uses only tuned ones.
+def tune_plan(c: Compilation, tuner: Tuner) -> None:
+    """Predict every kernel, then tune what the extracted plan launches until all its launches are timed, then
+    the plan's kernels on the other devices (``_rivals``, while more than RIVALS_SHARE of the budget is left),
+    re-extracting after each batch, within the budget.
 
-    Returns that last extraction and plan when they still hold for the final times (None when the rounds ran
-    out or tuning was cancelled); ``c`` itself is left without either, as the ``tuned`` stage has none.
+    ``c`` is left without an extraction or plan (the ``tuned`` stage has none).
     """
-    predict_all(c)
+    predict_all(c, tuner.predict)
     by_name = {d.name: d for d in c.devices}
-    settled = None
-    for _ in range(rounds):
+    while tuner.left > 0:
         extract(c)
-        assert c.extraction is not None and c.plan is not None
-        used = [kn for kn in c.plan_kernels() if kn not in c.tuning]
-        if not used:
-            settled = c.extraction, c.plan
+        todo = [kn for kn in c.plan_kernels() if kn not in c.tuning]
+        floor = 0.0
+        if not todo:  # rivals, leaving RIVALS_SHARE of the budget for the launches of a plan they change
+            floor = tuner.budget.total * RIVALS_SHARE
+            todo = _rivals(c, tuner)
+        if not todo or tuner.left <= floor:
             break
-        for kn in used:
+        for i, kn in enumerate(todo):
+            if tuner.left <= floor:
+                break
             device = by_name[kn.device]
-            result = tuner.tune(_kernel(c, kn), device)
+            share = (tuner.left - floor) / (len(todo) - i)  # each launch of the plan gets its turn
+            result = tuner.tune(_kernel(c, kn), device, share)
             if result.cancelled:
-                c.extraction = c.plan = None
-                return None
+                c.cancelled = True
+                break
+            if not result.trials and tuner.left <= 0:  # the budget ended before its first trial: still predicted
+                break
             c.tuning[kn] = result
             c.variants[kn] = result.best
             c.kernel_times[kn] = result.seconds  # type: ignore[index]  # inf when no variant ran
@@ -232,8 +282,42 @@ def tune_plan(c: Compilation, tuner: Tuner, rounds: int) -> tuple[Extraction, Ex
                 _avoid(c, kn.device, f"device {kn.device} was lost while tuning ({device.lost})")  # type: ignore[attr-defined]
             elif not result.ok:
                 c.problems.append(f"{kn}: no variant ran ({result.failure.splitlines()[0]}); extraction avoids it")
+        _repredict(c, tuner)
+        if c.cancelled:
+            break
+    if tuner.left <= 0 or c.cancelled:
+        assert c.kernelization is not None
+        made = c.kernelization.candidates
+        classes = {made[kn.candidate].output for kn in c.tuning if c.tuning[kn].ok}
+        c.untried = frozenset(kn for kn in c.kernel_times if kn not in c.tuning and made[kn.candidate].output in classes)
     c.extraction = c.plan = None
-    return settled
+
+
+def _repredict(c: Compilation, tuner: Tuner) -> None:
+    """The untimed kernels' times from the model as refitted by every measurement so far."""
+    by_name = {d.name: d for d in c.devices}
+    for kn, seconds in c.kernel_times.items():
+        if kn not in c.tuning and math.isfinite(seconds):
+            c.kernel_times[kn] = tuner.predict(_kernel(c, kn), by_name[kn.device], c.variants[kn])  # type: ignore[index]
+
+
+def _rivals(c: Compilation, tuner: Tuner) -> list[KernelNode]:
+    """The plan's kernels on the devices it does not launch them on, worth timing: those predicted within
+    HOPELESS of the time measured; the others are recorded in ``c.skipped`` with why."""
+    by_name = {d.name: d for d in c.devices}
+    measured = {kn.candidate: kn for kn in c.plan_kernels() if kn in c.tuning and c.tuning[kn].ok}
+    out = []
+    for kn in c.kernel_times:
+        chosen = measured.get(kn.candidate)
+        if chosen is None or kn in c.tuning or kn in c.skipped or kn.device == chosen.device:
+            continue
+        predicted = c.kernel_times[kn]
+        best = c.kernel_times[chosen]
+        if predicted > HOPELESS * best:
+            c.skipped[kn] = Skip(predicted, best, chosen.device)
+        else:
+            out.append(kn)
+    return sorted(out, key=lambda kn: tuner.predict(_kernel(c, kn), by_name[kn.device], c.variants[kn]))
 
 
 def _avoid(c: Compilation, device: str, why: str, kernel: Kernel | None = None) -> bool:
@@ -252,10 +336,16 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     """(Re-)extract the plan of a kernelized compilation from its kernel times, under ``pins``."""
     assert c.egraph is not None and c.kernelization is not None
     copy_time = c.transfer_time()
-    kernel_time = c.kernel_times.__getitem__
+    kernel_time = c.extraction_time
     c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins)
     c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
-                        lambda kn: c.variants.get(kn, DEFAULT_VARIANT))
+                        lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
+
+
+def explain(c: Compilation) -> Explainer:
+    """Why each class of ``c``'s plan is made as it is, in the extractor's objective (DAG cost, same times)."""
+    assert c.egraph is not None and c.extraction is not None
+    return explainer(c.egraph, c.device_pools, c.extraction_time, c.transfer_time(), c.extraction)
 
 
 def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None) -> Verification:
@@ -278,10 +368,22 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
             if device is None or not _avoid(compilation, e.device, f"{e} at run time", kernel):
                 raise
             extract(compilation)
+    feed_back(compilation, execution)
     reference = evaluate(program.lower(), values)
     compilation.execution = execution
     compilation.verification = verify(execution.outputs, reference, program)
     return compilation.verification
+
+
+def feed_back(c: Compilation, execution: Execution) -> None:
+    """Refit the devices' cost models with the plan's measured launches."""
+    if c.calibrations is None or c.plan is None:
+        return
+    by_name = {d.name: d for d in c.devices}
+    for step, seconds in zip(c.plan.steps, execution.step_times):
+        if isinstance(step, Launch):
+            c.calibrations.observe(step.kernel, by_name[step.device], step.variant, seconds)
+    c.calibrations.save()
 
 
 def longest_sum(graph: PrimGraph, within: Collection[int] | None = None) -> int:

@@ -53,6 +53,8 @@ class Launch:
     outputs: tuple[Value, ...]
     predicted: float
     variant: Variant = DEFAULT_VARIANT
+    measured: bool = False
+    """Whether ``predicted`` is the tuner's measured time (else the cost model's prediction)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,16 @@ class ExecPlan:
     def launches(self) -> list[Launch]:
         return [s for s in self.steps if isinstance(s, Launch)]
 
+    @property
+    def unmeasured(self) -> int:
+        """Launches whose time is predicted only (their kernel was not timed on its device)."""
+        return sum(not s.measured for s in self.launches())
+
+    def coverage(self) -> str:
+        """``all 3 launches measured`` or ``2 of 5 launches predicted only``."""
+        n = len(self.launches())
+        return f"all {n} launches measured" if not self.unmeasured else f"{self.unmeasured} of {n} launches predicted only"
+
 
 def build_plan(
     extraction: Extraction,
@@ -96,10 +108,12 @@ def build_plan(
     kernel_time: Callable[[KernelNode], float],
     transfer_time: Callable[[int, str, str], float],
     variant: Callable[[KernelNode], Variant] = lambda kn: DEFAULT_VARIANT,
+    measured: Callable[[KernelNode], bool] = lambda kn: False,
 ) -> ExecPlan:
     """Order the extraction's choices into steps (inputs before users), freeing buffers after their last use.
 
-    Each kernel launches in ``variant(kernel node)`` (the tuned or suggested one).
+    Each kernel launches in ``variant(kernel node)`` (the tuned or suggested one); ``measured(kernel node)``
+    says whether its ``kernel_time`` was measured.
     """
     egraph = kz.egraph
     order = _topological(egraph, extraction)
@@ -122,7 +136,8 @@ def build_plan(
             pool = value[1]
             inputs = tuple((ch, pool) for ch in children)
             kernel = kz.candidates[param.candidate].kernel
-            steps.append(Launch(kernel, param.device, inputs, (value,), kernel_time(param), variant(param)))
+            steps.append(Launch(kernel, param.device, inputs, (value,), kernel_time(param), variant(param),
+                                measured(param)))
             for v in inputs:
                 reads.setdefault(v, []).append(len(steps) - 1)
     keep = set(extraction.outputs.values())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 from pathlib import Path
 
-DEFAULT = "mlp"
+DEFAULT = "attention"
 
 
 def path(name: str) -> Path:

@@ -54,8 +54,8 @@ def test_explore_refuses_a_bad_file_before_the_ui_starts(tmp_path, capsys):
     assert "missing.json: no such file" in capsys.readouterr().err
 
 
-def test_default_file_is_the_bundled_mlp():
-    assert default_file() == sample_graphs.path("mlp")
+def test_default_file_is_the_bundled_attention():
+    assert default_file() == sample_graphs.path("attention")
     assert default_file().is_file()
 
 
@@ -147,3 +147,26 @@ def test_help_mentions_check_semantic(capsys):
         main(["--help"])
     assert exit_.value.code == 0
     assert "check --semantic FILE" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("tune", [True, False], ids=["tuned", "no-tune"])
+def test_compile_json_reports_the_plan(capsys, tune):
+    args = ["compile", str(sample_graphs.path("mlp.small")), "--json", "--no-opencl", "--no-native", "--budget", "8"]
+    assert main(args + ([] if tune else ["--no-tune"])) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["verified"] is True and out["devices"] == ["numpy", "blas"]
+    assert out["launches"] == len(out["plan"]) > 0 and out["budget_s"] == (8.0 if tune else None)
+    assert out["launches_measured"] == (out["launches"] if tune else 0)
+    assert out["coverage"] == (f"all {out['launches']} launches measured" if tune
+                               else f"{out['launches']} of {out['launches']} launches predicted only")
+    assert out["predicted_s"] == pytest.approx(sum(launch["predicted_s"] for launch in out["plan"])
+                                               + out["copies_predicted_s"])
+    assert out["measured_s"] >= sum(launch["measured_s"] for launch in out["plan"]) > 0
+    assert (out["kernels_tuned"] > 0) is tune and out["tune_s"] >= 0
+    assert all({"kernel", "device", "variant", "predicted_s", "measured_s"} <= set(launch) for launch in out["plan"])
+
+
+def test_compile_prints_the_plan_and_its_coverage(capsys):
+    assert main(["compile", str(sample_graphs.path("mlp.small")), "--no-tune", "--no-opencl", "--no-native"]) == 0
+    out = capsys.readouterr().out
+    assert "plan launches" in out and "launches predicted only" in out and "verified" in out

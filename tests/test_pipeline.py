@@ -19,7 +19,7 @@ SMALL = [n for n in sample_graphs.names() if n.endswith(".small")]
 OPENCL = discover()
 CPU_OPENCL = [d for d in OPENCL if not d.is_gpu][:1]
 needs_opencl = pytest.mark.skipif(not CPU_OPENCL, reason="no OpenCL CPU device (install pocl-opencl-icd)")
-PREDICTED = Options(tune=False)
+PREDICTED = Options(tune=False, tune_cache=False)  # the nominal model: no stored calibration
 """The cost model's times and suggested variants: plans that do not depend on timing noise."""
 QUICK_TUNE = Options(tune_budget=Budget(variants=4, seconds=5.0))
 

@@ -33,6 +33,7 @@ from engine.plan import Launch
 from engine.tuning import Progress, TuneResult
 from zyx_explorer import model, outputs
 from zyx_explorer.commands import ExplorerCommands
+from zyx_explorer.compile_cmd import progress_text
 from zyx_explorer.screens.help import HelpScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
@@ -223,12 +224,11 @@ class ExplorerApp(App):
         self.post_message(StageDone(""))
 
     def _tune_progress(self, p: Progress) -> None:
-        """Called in the worker thread after each variant the tuner times."""
+        """Called in the worker thread before and after each variant the tuner times."""
         c = self.session.compilation
         kz = c.kernelization if c is not None else None
         names = {cand.kernel.key: cand.kernel.name for cand in kz.candidates.values()} if kz is not None else {}
-        self.post_message(TuneProgress(f"tuning {names.get(p.kernel, p.kernel[:10])} on {self.session.short().get(p.device, p.device)} "
-                                       f"{p.done}/{p.total}  (c stops)"))
+        self.post_message(TuneProgress(f"tuning {progress_text(p, names, self.session.short())}  (c stops)"))
 
     @on(TuneProgress)
     def _tuning(self, message: TuneProgress) -> None:
@@ -327,8 +327,10 @@ class ExplorerApp(App):
             return
         c = self.session.compilation
         kz = c.kernelization if c is not None and model.reached(self.viewed, model.KERNELIZED) else None
+        current = self.session.current()
         detail.show(eg, self.selected, self.session.extraction(self.viewed), self.session.kernel_times(self.viewed),
-                    kz, self.session.pins)
+                    kz, self.session.pins, self.session.why(self.viewed, self.selected),
+                    current.measured if current is not None else lambda kn: False, self.session.short())
 
     @property
     def live(self) -> bool:
@@ -384,8 +386,9 @@ class ExplorerApp(App):
             return
         stage = self.viewed
         times, tuning = self._cost_sources()
+        c = self.session.compilation
         rows = model.variant_rows(cand_id, times, tuning, lambda kn: self.session.variant(stage, kn),
-                                  self._launched(cand_id), self.session.short())
+                                  self._launched(cand_id), self.session.short(), c.skipped if c is not None else None)
         table.set_rows(rows)
         tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
         text = f"variants of {cand.kernel.name}: {len(rows)} on {model.plural(len({r.key[0] for r in rows}), 'device')}"
@@ -409,7 +412,8 @@ class ExplorerApp(App):
         measured = c.execution.step_times if c.execution is not None and model.reached(self.viewed, "executed") else None
         if self._changed("plan", plan, measured):
             self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured, self.session.short()))
-        text = (f"{model.plural(len(plan.steps), 'step')}, {model.plural(len(plan.launches()), 'launch', 'launches')}; predicted {model.seconds_text(plan.predicted)}"
+        text = (f"{model.plural(len(plan.steps), 'step')}, {model.plural(len(plan.launches()), 'launch', 'launches')} "
+                f"({plan.coverage()}); predicted {model.seconds_text(plan.predicted)}"
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")
         if self.session.pins:

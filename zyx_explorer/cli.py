@@ -63,6 +63,7 @@ def _main_parser() -> argparse.ArgumentParser:
             "commands:\n"
             "  check FILE              validate FILE and print a summary (zyx-explore check --help)\n"
             "  check --semantic FILE   also saturate its e-graph and check every rewrite numerically\n"
+            "  compile FILE [--json]   compile, tune, run and verify headless; print the plan (zyx-explore compile --help)\n"
             "  export FILE -o OUTDIR   write every stage as Graphviz (svg/png/pdf/dot) + report.html/.md "
             "(zyx-explore export --help)\n"
             "  extract EGRAPH.json     greedy, DAG and ILP extraction of an egraph-serialize file "
@@ -89,6 +90,8 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                        help="do not time kernels on the devices: use the cost model's predictions")
     group.add_argument("--tune-variants", type=_at_least(1), default=12, metavar="N",
                        help="variants timed per kernel and device at most (default 12)")
+    group.add_argument("--budget", type=_seconds, default=None, metavar="SECONDS",
+                       help="seconds of tuning per compilation at most (default 15; 4 per kernel and device)")
     group.add_argument("--extractor", choices=["dag", "greedy", "ilp"], default="dag",
                        help="dag (default: shared kernels counted once), greedy (tree cost) or ilp (exact, small graphs)")
     group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices (numpy, BLAS and native only)")
@@ -134,8 +137,10 @@ def _options(args: argparse.Namespace):
     from engine.pipeline import Options
     from engine.tuning import Budget
 
-    return Options(tune=not args.no_tune, tune_budget=Budget(variants=args.tune_variants, seconds=10.0),
-                   extractor=args.extractor)
+    default = Options().tune_budget
+    total = default.total if args.budget is None else args.budget
+    budget = Budget(variants=args.tune_variants, seconds=min(default.seconds, total), total=total)
+    return Options(tune=not args.no_tune, tune_budget=budget, extractor=args.extractor)
 
 
 def _at_least(minimum: int):
@@ -613,6 +618,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if argv[:1] == ["check"]:
             return _check(_parse_check(argv[1:]), Console(highlight=False), err)
+        if argv[:1] == ["compile"]:
+            from zyx_explorer import compile_cmd
+
+            args = compile_cmd.parser(_compile_arguments).parse_args(argv[1:])
+            program = load_program(args.file, args.dim)
+            return compile_cmd.run(program, args, _devices(args, err), _options(args), Console(highlight=False), err)
         if argv[:1] == ["export"]:
             return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         if argv[:1] == ["serialize"]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from engine import Program, pipeline
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Choice, Extraction, ExtractionError, Pins
+from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Why
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
@@ -56,6 +56,7 @@ class Session:
     failed: str | None = None
     _iterations: dict[int, EGraph] = field(default_factory=dict)
     _class_rows: dict[tuple[int, int], tuple[EGraph, Extraction | None, list[Row]]] = field(default_factory=dict)
+    _explainer: Explainer | None = None
 
     def record(self, c: Compilation, seconds: float) -> None:
         """Called in the worker thread right after stage ``c.stage``: keep what later stages will change."""
@@ -124,6 +125,15 @@ class Session:
         """The variant kernel node ``kn`` launches with as of ``stage`` (the default before tuning)."""
         c = self.compilation
         return c.variants.get(kn, DEFAULT_VARIANT) if c is not None and reached(stage, TUNED) else DEFAULT_VARIANT
+
+    def why(self, stage: str, cid: ClassId) -> Why | None:
+        """Why class ``cid`` is made as it is in the plan shown (DAG cost, as the extractor decided)."""
+        c = self.current()
+        if c is None or c.extraction is None or not reached(stage, PLAN):
+            return None
+        if self._explainer is None or self._explainer.extraction is not c.extraction:
+            self._explainer = pipeline.explain(c)
+        return self._explainer.why(c.egraph.find(cid))  # type: ignore[union-attr]
 
     def candidate(self, cand_id: str) -> Candidate | None:
         c = self.compilation
@@ -255,7 +265,8 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None, short: Mapping
             where, predicted, nbytes = step.value[1], None, step.buffer.nbytes
         took = measured[i] if measured is not None and i < len(measured) and kind in ("Launch", "Copy") else None
         style = {"Launch": "", "Copy": "cyan", "Allocate": "dim", "Free": "dim"}[kind]
-        rows.append(Row(i, (str(i), kind, what, short.get(where, where), bytes_text(nbytes), seconds_text(predicted),
+        source = (" m" if step.measured else " p") if isinstance(step, Launch) else ""  # measured by the tuner
+        rows.append(Row(i, (str(i), kind, what, short.get(where, where), bytes_text(nbytes), seconds_text(predicted) + source,
                             seconds_text(took)), style))
     return rows
 
@@ -331,17 +342,20 @@ def launched_variant(cand_id: str, times: Mapping[KernelNode, float], chosen: se
 
 def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mapping[KernelNode, TuneResult],
                  variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None,
-                 short: Mapping[str, str]) -> list[Row]:
+                 short: Mapping[str, str], skipped: Mapping[KernelNode, object] | None = None) -> list[Row]:
     """Every variant tried of candidate ``cand_id`` on each device, fastest verified first: ``*`` launched,
-    ``+`` the tuner's pick on its device; a device whose kernel was not tuned shows the one variant it would launch, predicted."""
+    ``+`` the tuner's pick on its device; a device whose kernel was not tuned shows the one variant it would launch,
+    predicted, and why it was skipped when its prediction was hopeless."""
     rows = []
     for kn in sorted((k for k in times if k.candidate == cand_id), key=lambda k: k.device):
         result = tuning.get(kn)
         if result is None:
             v = variant_of(kn)
             mark = "*" if launched == (kn.device, v) else " "
-            rows.append(Row((kn.device, v), (mark, short.get(kn.device, kn.device), str(v), "not tuned", "", seconds_text(times[kn]), "",
-                                             ""), "dim"))
+            why = str((skipped or {}).get(kn, ""))
+            rows.append(Row((kn.device, v), (mark, short.get(kn.device, kn.device), str(v),
+                                             "skipped" if why else "not tuned", "", seconds_text(times[kn]), "", why),
+                            "dim"))
             continue
         for t in sorted(result.trials, key=lambda t: (t.status != OK, math.inf if t.seconds is None else t.seconds)):
             best = result.ok and t.variant == result.best
@@ -372,7 +386,8 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
         out["tuning"] = "not tuned: cost-model predictions"
     if c.plan is not None:
         launches = len(c.plan.launches())
-        out["plan"] = (f"{plural(len(c.plan.steps), 'step')} ({plural(launches, 'launch', 'launches')}), predicted {seconds_text(c.plan.predicted)}, "
+        out["plan"] = (f"{plural(len(c.plan.steps), 'step')} ({plural(launches, 'launch', 'launches')}: "
+                       f"{c.plan.coverage()}), predicted {seconds_text(c.plan.predicted)}, "
                        f"peak {bytes_text(c.plan.peak_bytes)}")
     if c.execution is not None:
         out["measured"] = seconds_text(c.execution.total)

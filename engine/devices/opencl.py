@@ -134,6 +134,9 @@ class OpenCLDevice:
         self.queue = cl.CommandQueue(self.context, device, properties=cl.command_queue_properties.PROFILING_ENABLE)
         self.programs: dict[str, Any] = {}
         """Built programs by source."""
+        self.kernels: dict[str, OpenCLKernel] = {}
+        """Compiled kernels by source, reused: PoCL specialises a kernel object for its launch size on its first
+        launch, so the plan launches the object the tuner warmed up and timed."""
         self.builds = 0
         """How many programs were built (cache misses)."""
         self.nominal = nominal(device)
@@ -242,8 +245,12 @@ class OpenCLDevice:
             source = generate(kernel, variant)
         except (InvalidVariantError, UnsupportedKernelError) as e:
             raise KernelBuildError(str(e)) from e
-        program = self.build(source)
-        return OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)))
+        compiled = self.kernels.get(source)
+        if compiled is None:
+            program = self.build(source)
+            compiled = OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)))
+            self.kernels[source] = compiled
+        return compiled
 
     def alloc(self, buffer: Buffer) -> Any:
         with self._guard("transfer"):

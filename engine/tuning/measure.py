@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,19 +96,32 @@ class Bench:
             self._reference = evaluate(self.kernel, self.arrays)
         return self._reference
 
-    def verify(self, compiled: Compiled) -> tuple[str | None, list[Any]]:
-        """Launch once on poisoned outputs; returns (why it is wrong or None, the output handles)."""
+    def verify(self, compiled: Compiled) -> tuple[str | None, list[Any], float]:
+        """Launch once on poisoned outputs; returns (why it is wrong or None, the output handles, its seconds)."""
         outs = [self.device.upload(poison(r)) for r in self.reference]
-        self.device.launch(compiled, self.inputs, outs)
+        seconds = self.device.launch(compiled, self.inputs, outs)
         got = [self.device.download(h, b) for h, b in zip(outs, self.kernel.output_types)]
-        return mismatch(got, self.reference, self.rtol, self.atol), outs
+        return mismatch(got, self.reference, self.rtol, self.atol), outs, seconds
 
-    def time(self, compiled: Compiled, outputs: list[Any], target: float = 0.05, repeats: tuple[int, int] = (3, 20)):
-        """Warm up, then time ``max(lo, min(hi, target / first))`` launches; returns a Timing."""
-        first = self.device.launch(compiled, self.inputs, outputs)  # warm-up (the verification run was the first)
+    def time(self, compiled: Compiled, outputs: list[Any], first: float, left: Callable[[], float] = lambda: math.inf,
+             stop: Callable[[], bool] = lambda: False, target: float = 0.05,
+             repeats: tuple[int, int] = (3, 20)) -> Timing:
+        """Time ``max(lo, min(hi, target / first))`` launches after one that took ``first`` seconds (the
+        verification run; a warm-up precedes them when launches are short).
+
+        The budget holds: no launch starts when the last one would not fit in what is ``left()``, so a variant
+        whose first run already exceeds it keeps that run as its one time; none starts once ``stop()``.
+        """
+        if first < min(target, left()) and not stop():
+            first = self.device.launch(compiled, self.inputs, outputs)  # warm-up
         lo, hi = repeats
         n = max(lo, min(hi, math.ceil(target / max(first, 1e-7))))
-        return Timing(tuple(self.device.launch(compiled, self.inputs, outputs) for _ in range(n)))
+        times: list[float] = []
+        last = first
+        while len(times) < n and last < left() and not stop():
+            last = self.device.launch(compiled, self.inputs, outputs)
+            times.append(last)
+        return Timing(tuple(times) or (first,))
 
     def free(self, handles: list[Any]) -> None:
         for h in handles:

@@ -9,12 +9,13 @@ reads its staged operands from global memory once per work-group (each item
 its share of the tiles, vectorised) and from local memory per lane step
 (aligned vector reads, cheaper than a cached global load).  On a CPU a row
 kernel's loops are charged as scalar code (see ``predict``).  It ranks
-candidates; it is not meant to be accurate.  Host devices (numpy, blas) use their own ``estimate``.
+candidates; ``engine.tuning.calibrate`` fits it to each device.  Host devices (numpy, blas) use their own ``estimate``.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.egraph.egraph import Scalar
@@ -111,8 +112,8 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
     return nominal.overhead + seconds / fill
 
 
-def suggest(kernel: Kernel, device: Device) -> Variant:
-    """The variant the cost model likes best among the seeds and their neighbours (for runs without tuning)."""
+def suggest(kernel: Kernel, device: Device, model: Callable[[Kernel, Device, Variant], float] | None = None) -> Variant:
+    """The variant ``model`` (default: this roofline) likes best among the seeds and their neighbours."""
     from engine.tuning.space import neighbours, seeds
 
     if not hasattr(device, "variant_error"):
@@ -120,4 +121,5 @@ def suggest(kernel: Kernel, device: Device) -> Variant:
     pool = seeds(kernel, bool(getattr(device, "is_gpu", False)))
     pool += [n for v in list(pool) for n in neighbours(kernel, v)]
     ok = [v for v in dict.fromkeys(pool) if device.variant_error(kernel, v) is None]  # type: ignore[attr-defined]
-    return min(ok, key=lambda v: (predict(kernel, device, v), v.tag), default=DEFAULT_VARIANT)
+    model = model or predict
+    return min(ok, key=lambda v: (model(kernel, device, v), v.tag), default=DEFAULT_VARIANT)

@@ -21,6 +21,7 @@ from typing import Any
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.kernel.ir import Kernel
 from engine.tuning.cache import TuneCache
+from engine.tuning.calibrate import Calibrations
 from engine.tuning.measure import Bench
 from engine.tuning.model import predict
 from engine.tuning.space import neighbours, seeds
@@ -34,6 +35,9 @@ class Budget:
 
     variants: int = 24
     seconds: float = 30.0
+    """Per kernel and device."""
+    total: float = math.inf
+    """Per compilation (a ``Tuner``'s, over all kernels)."""
     beam: int = 3
     per_round: int = 8
     """Candidates built (in one program) and timed per round."""
@@ -105,17 +109,29 @@ class TuneResult:
 
 @dataclass(frozen=True)
 class Progress:
-    """Reported after each trial: ``done`` of at most ``total`` variants of kernel ``kernel`` on ``device``."""
+    """Reported before each variant is timed (``trial`` None) and after (its Trial): kernel ``kernel`` on
+    ``device``, ``done`` of at most ``total`` variants, ``elapsed`` seconds of the search's ``budget``."""
 
     kernel: str
     device: str
     done: int
     total: int
-    trial: Trial
+    trial: Trial | None
+    variant: Variant = DEFAULT_VARIANT
+    elapsed: float = 0.0
+    budget: float = math.inf
 
 
 ProgressFn = Callable[[Progress], None]
 CancelFn = Callable[[], bool]
+Clock = Callable[[], float]
+Model = Callable[[Kernel, Device, Variant], float]
+"""Predicted seconds of a variant (the calibrated cost model)."""
+Observe = Callable[[Kernel, Device, Variant, float], None]
+"""Told every measured time (refits the cost model)."""
+
+HOPELESS = 8.0
+"""A candidate predicted this many times slower than the best variant timed so far is not tried."""
 
 
 @dataclass
@@ -125,46 +141,86 @@ class _Search:
     budget: Budget
     progress: ProgressFn | None
     cancel: CancelFn | None
-    start: float = field(default_factory=time.perf_counter)
+    limit: float
+    """Seconds this search may take (the kernel's budget, or what is left of the compilation's)."""
+    model: Model = predict
+    observe: Observe | None = None
+    clock: Clock = time.perf_counter
+    start: float = 0.0
     trials: dict[Variant, Trial] = field(default_factory=dict)
     cancelled: bool = False
 
-    def stop(self) -> bool:
+    def __post_init__(self) -> None:
+        self.start = self.clock()
+
+    def left(self) -> float:
+        return self.limit - (self.clock() - self.start)
+
+    def cancelling(self) -> bool:
         if self.cancel is not None and self.cancel():
             self.cancelled = True
-        out_of_time = time.perf_counter() - self.start >= self.budget.seconds
-        return self.cancelled or out_of_time or len(self.trials) >= self.budget.variants or lost(self.device)
+        return self.cancelled
+
+    def stop(self) -> bool:
+        return self.cancelling() or self.left() <= 0 or len(self.trials) >= self.budget.variants or lost(self.device)
 
     def run(self, bench: Bench, candidates: list[Variant]) -> None:
-        """Build ``candidates`` together, then verify and time each until the budget runs out."""
+        """Build ``candidates`` together, then verify and time each (best predicted first) until the budget ends."""
         batch = getattr(self.device, "compile_many", None)
         room = self.budget.variants - len(self.trials)
         refuses = getattr(self.device, "variant_error", None)  # variants the device cannot run are not tried
-        candidates = [v for v in candidates if v not in self.trials
-                      and (refuses is None or refuses(self.kernel, v) is None)][: max(room, 0)]
+        predicted = {v: self.model(self.kernel, self.device, v) for v in candidates if v not in self.trials
+                     and (refuses is None or refuses(self.kernel, v) is None)}
+        candidates = sorted(predicted, key=lambda v: (predicted[v], v.tag))[: max(room, 0)]
         if batch is not None and len(candidates) > 1 and not self.stop():
             with contextlib.suppress(Exception):  # each variant's own compile() below records the failure
                 batch([(self.kernel, v) for v in candidates])
+        total = self.budget.variants if tunable(self.device) else 1  # numpy and BLAS time one variant
         for v in candidates:
             if self.stop():
                 return
-            self.trials[v] = trial = self.measure(bench, v)
-            if self.progress is not None:
-                total = self.budget.variants if tunable(self.device) else 1  # numpy and BLAS time one variant
-                self.progress(Progress(self.kernel.key, self.device.name, len(self.trials), total, trial))
+            guess = self.model(self.kernel, self.device, v)  # refitted by the trials before it
+            if self.hopeless(guess):
+                continue
+            self._report(len(self.trials), total, None, v)
+            trial = self.measure(bench, v, guess)
+            if trial is None:  # cancelled while it was being built: never launched
+                return
+            self.trials[v] = trial
+            if trial.status == OK and self.observe is not None:
+                self.observe(self.kernel, self.device, v, trial.seconds)  # type: ignore[arg-type]
+            self._report(len(self.trials), total, trial, v)
 
-    def measure(self, bench: Bench, v: Variant) -> Trial:
-        predicted = predict(self.kernel, self.device, v)
+    def hopeless(self, predicted: float) -> bool:
+        """Whether a variant predicted to take ``predicted`` seconds is not worth a run: once one is timed, it is
+        predicted HOPELESS times slower than the best timed one, or (the model rescaled to that one's measured
+        time) to take longer than what is left of the budget."""
+        ranked = self.ranked()
+        if not ranked:
+            return False
+        best = ranked[0]
+        ratio = predicted / max(self.model(self.kernel, self.device, best.variant), 1e-12)  # one model, as refitted
+        return ratio > HOPELESS or ratio * best.seconds > self.left()  # type: ignore[operator]
+
+    def _report(self, done: int, total: int, trial: Trial | None, v: Variant) -> None:
+        if self.progress is not None:
+            self.progress(Progress(self.kernel.key, self.device.name, done, total, trial, v,
+                                   self.clock() - self.start, self.limit))
+
+    def measure(self, bench: Bench, v: Variant, predicted: float) -> Trial | None:
+        """Build, verify and time ``v``; None when cancelled before its first launch."""
         try:
             compiled = self.device.compile(self.kernel, v)
         except Exception as e:  # a build error (with its log) or a variant the device refuses
             return Trial(v, FAILED, None, predicted, _first_lines(str(e)))
+        if self.cancelling():
+            return None
         outs: list[Any] = []
         try:
-            wrong, outs = bench.verify(compiled)
+            wrong, outs, first = bench.verify(compiled)
             if wrong is not None:
                 return Trial(v, WRONG, None, predicted, wrong)
-            timing = bench.time(compiled, outs)
+            timing = bench.time(compiled, outs, first, self.left, self.cancelling)
         except Exception as e:  # a launch error (out of resources, ...)
             return Trial(v, FAILED, None, predicted, _first_lines(f"launch: {e}"))
         finally:
@@ -197,9 +253,16 @@ def tune(
     cache: TuneCache | None = None,
     progress: ProgressFn | None = None,
     cancel: CancelFn | None = None,
+    *,
+    limit: float | None = None,
+    model: Model = predict,
+    observe: Observe | None = None,
+    clock: Clock = time.perf_counter,
 ) -> TuneResult:
-    """Search variants of ``kernel`` on ``device``; ``budget`` may be a variant count.  Raises ValueError when the
-    device cannot run the kernel.  A cache hit returns the stored result; a cancelled search is not cached."""
+    """Search variants of ``kernel`` on ``device``, best predicted (``model``) first, for at most ``limit``
+    seconds (default ``budget.seconds``); ``budget`` may be a variant count; ``observe`` hears every measured
+    time.  Raises ValueError when the device cannot run the kernel.  A cache hit returns the stored result; a
+    cancelled search is not cached."""
     if isinstance(budget, int):
         budget = Budget(variants=budget)
     if not device.supports(kernel):
@@ -213,11 +276,12 @@ def tune(
                 return TuneResult.from_json(kernel.key, device.name, entry, "hit")
             except (KeyError, TypeError, ValueError):
                 state = "corrupt"  # a malformed entry: tune again and overwrite it
-    search = _Search(kernel, device, budget, progress, cancel)
+    search = _Search(kernel, device, budget, progress, cancel, budget.seconds if limit is None else limit, model,
+                     observe, clock)
     try:
         bench = Bench(device, kernel)
     except Exception as e:  # the inputs cannot even be uploaded (the device is lost, out of memory)
-        search.trials[DEFAULT_VARIANT] = Trial(DEFAULT_VARIANT, FAILED, None, predict(kernel, device, DEFAULT_VARIANT),
+        search.trials[DEFAULT_VARIANT] = Trial(DEFAULT_VARIANT, FAILED, None, model(kernel, device, DEFAULT_VARIANT),
                                                _first_lines(f"upload: {e}"))
         return _result(kernel, device, search, state)
     try:
@@ -232,7 +296,7 @@ def tune(
                 fresh = {n for t in beam for n in neighbours(kernel, t.variant) if n not in search.trials}
                 if not fresh:
                     break
-                order = sorted(fresh, key=lambda v: (predict(kernel, device, v), v.tag))
+                order = sorted(fresh, key=lambda v: (model(kernel, device, v), v.tag))
                 search.run(bench, order[: budget.per_round])
                 top = search.ranked()[:1]
                 if top == best:  # no round-over-round improvement: the beam has converged
@@ -248,7 +312,7 @@ def tune(
 
 def _result(kernel: Kernel, device: Device, search: _Search, state: str) -> TuneResult:
     ranked = search.ranked()
-    elapsed = time.perf_counter() - search.start
+    elapsed = search.clock() - search.start
     trials = tuple(search.trials.values())
     if ranked:
         best = ranked[0]
@@ -258,7 +322,9 @@ def _result(kernel: Kernel, device: Device, search: _Search, state: str) -> Tune
 
 
 class Tuner:
-    """Tunes kernels on devices once per process (and once per machine, through the disk cache).
+    """Tunes kernels on devices once per process (and once per machine, through the disk cache), within the
+    budget per kernel and ``budget.total`` seconds from its creation (calibrating the devices included);
+    predictions come from the calibrated cost model (``calibrations``), which every measurement refits.
 
     ``kernel_time`` is what an extractor asks for: the best verified variant's median seconds.
     """
@@ -270,17 +336,40 @@ class Tuner:
         use_cache: bool = True,
         progress: ProgressFn | None = None,
         cancel: CancelFn | None = None,
+        calibrations: Calibrations | None = None,
+        clock: Clock = time.perf_counter,
     ) -> None:
         self.cache = TuneCache(cache_dir) if use_cache else None
-        self.budget = budget
+        self.budget = Budget(variants=budget) if isinstance(budget, int) else budget
         self.progress = progress
         self.cancel = cancel
+        self.calibrations = calibrations or Calibrations(cache_dir, persist=use_cache)
+        self.clock = clock
+        self.started = clock()
         self.results: dict[tuple[str, str], TuneResult] = {}
 
-    def tune(self, kernel: Kernel, device: Device) -> TuneResult:
+    @property
+    def spent(self) -> float:
+        """Seconds since this tuner was made: searches, and the calibration and predictions between them."""
+        return self.clock() - self.started
+
+    @property
+    def left(self) -> float:
+        """Seconds left of the total budget."""
+        return self.budget.total - self.spent
+
+    def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
+        return self.calibrations.predict(kernel, device, variant)
+
+    def tune(self, kernel: Kernel, device: Device, share: float = math.inf) -> TuneResult:
+        """The kernel's result, searched for at most its budget, what is left of the total, and ``share``."""
         k = (kernel.key, device.name)
         if k not in self.results:
-            result = tune(kernel, device, self.budget, self.cache, self.progress, self.cancel)
+            result = tune(kernel, device, self.budget, self.cache, self.progress, self.cancel,
+                          limit=min(self.budget.seconds, max(self.left, 0.0), share), model=self.predict,
+                          observe=self.calibrations.observe, clock=self.clock)
+            if result.cache != "hit":
+                self.calibrations.save(device)
             if result.cancelled:
                 return result  # not remembered: a later call searches again
             self.results[k] = result

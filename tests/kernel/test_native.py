@@ -54,7 +54,7 @@ from kernel.test_opencl import (  # noqa: F401  (collected here again, on the na
 
 F32, F16, I32 = DType.F32, DType.F16, DType.I32
 SMALL = [n for n in sample_graphs.names() if n.endswith(".small")]
-PREDICTED = Options(tune=False)
+PREDICTED = Options(tune=False, tune_cache=False)  # the nominal model: no stored calibration
 
 
 def _native() -> NativeDevice:

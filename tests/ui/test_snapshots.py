@@ -14,7 +14,7 @@ SIZE = (140, 40)
 
 def _snap(snap_compare, *keys: str, then=None) -> bool:
     """Compile, freeze what was measured, press ``keys`` (then run ``then(app)``), and compare the screen."""
-    app = make_app(options=Options(tune=False), frozen=True)
+    app = make_app(options=Options(tune=False, tune_cache=False), frozen=True)  # nominal: no stored calibration
 
     async def run_before(pilot) -> None:
         await compiled(pilot)

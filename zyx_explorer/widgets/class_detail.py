@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from rich.text import Text
 from textual import on
@@ -14,7 +13,7 @@ from textual.widgets import Static
 
 from engine.egraph import explain, format_explanation
 from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Extraction
+from engine.extract import Extraction, Term, Why
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Kernelization
 from zyx_explorer.model import plural, seconds_text, shape_text
@@ -22,37 +21,6 @@ from zyx_explorer.widgets.text_list import TextList
 
 HEAD_LINES = 5
 """The head's least height: the class line and a why line of up to four lines."""
-
-
-def kernel_pools(eg: EGraph, extraction: Extraction | None) -> dict[KernelNode, str]:
-    """The pool each extracted kernel node writes."""
-    out: dict[KernelNode, str] = {}
-    for (_, pool), choice in (extraction.choices.items() if extraction else ()):
-        param = eg.node(choice.node).param
-        if isinstance(param, KernelNode):
-            out.setdefault(param, pool)
-    return out
-
-
-def form_cost(eg: EGraph, n: NodeId, extraction: Extraction | None, times: Mapping[KernelNode, float],
-              pools: Mapping[KernelNode, str]) -> float | None:
-    """Tree cost of kernel node ``n``: its time plus its inputs' chosen costs (None when an input was not extracted);
-    ``pools``: ``kernel_pools(eg, extraction)``."""
-    op, param, children = eg.node(n)
-    if op != "kernel" or param not in times:
-        return None
-    own = times[param]  # type: ignore[index]
-    if extraction is None:
-        return own
-    pool = pools.get(param)  # type: ignore[call-overload]
-    inputs = []
-    for ch in children:
-        choice = next((extraction.choices[(ch, p)] for p in ([pool] if pool else []) + ["host"]
-                       if (ch, p) in extraction.choices), None)
-        if choice is None:
-            return None
-        inputs.append(choice.cost)
-    return own + sum(inputs)
 
 
 def _update_in_place(static: Static, text: Text) -> None:
@@ -88,9 +56,11 @@ class ClassDetail(Vertical):
         self.marked: NodeId | None = None
         self.chosen: set[NodeId] = set()
         self.explanation = ""
-        self._pools: tuple[Extraction | None, EGraph | None, dict[KernelNode, str]] = (None, None, {})
         self._head = (0, HEAD_LINES)
         """(width, height) of the head: see ``_show_head``."""
+        self._measured: Callable[[KernelNode], bool] = lambda kn: False
+        self._kz: Kernelization | None = None
+        self._short: Mapping[str, str] = {}
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-head")
@@ -124,8 +94,10 @@ class ClassDetail(Vertical):
         _update_in_place(self.query_one("#explain", Static), Text(""))
 
     def show(self, eg: EGraph, cid: ClassId, extraction: Extraction | None, times: Mapping[KernelNode, float],
-             kz: Kernelization | None, pins: Mapping[ClassId, object]) -> None:
-        """Render class ``cid`` of ``eg``."""
+             kz: Kernelization | None, pins: Mapping[ClassId, object], why: Why | None = None,
+             measured: Callable[[KernelNode], bool] = lambda kn: False, short: Mapping[str, str] | None = None) -> None:
+        """Render class ``cid`` of ``eg``; ``why`` explains its choice in the extractor's objective, with each
+        kernel's time marked by ``measured`` (m) or predicted (p) and devices by their ``short`` names."""
         same = self.egraph is eg and self.cid == eg.find(cid)
         keep = self.forms.cursor if same else 0
         cid = eg.find(cid)
@@ -139,9 +111,11 @@ class ClassDetail(Vertical):
         if kz is not None:
             for cand_id in kz.by_class.get(cid, []):
                 roots.setdefault(kz.candidates[cand_id].root, []).append(kz.candidates[cand_id].kernel.name)
-        if self._pools[0] is not extraction or self._pools[1] is not eg:
-            self._pools = (extraction, eg, kernel_pools(eg, extraction))
-        costs = {n: form_cost(eg, n, extraction, times, self._pools[2]) for n in cls.nodes}
+        self._measured, self._kz, self._short = measured, kz, short or {}
+        costs = {}  # each form's marginal DAG cost: the cheapest rival that makes the class with it
+        for rival in (why.rivals if why is not None else ()):
+            for t in rival.via:
+                costs.setdefault(t.node, rival.dag_cost - why.dag_cost)  # type: ignore[union-attr]
         head = Text()
         head.append(f"c{cid}", "bold")
         head.append(f" {shape_text(cls.shape)} {cls.dtype}, {plural(len(cls.nodes), 'form')}")
@@ -153,7 +127,7 @@ class ClassDetail(Vertical):
         if isinstance(pins.get(cid), str):
             head.append(f", 📌 pinned to {pins[cid]}", "bold magenta")
         head.append("\n")
-        head.append_text(self._why(eg, choices, costs))
+        head.append_text(self._why(eg, why, bool(pins)) if choices else Text("no extraction at this stage", "dim"))
         self._show_head(head)
         items: list[tuple[tuple[str, int], Text]] = [
             (("form", n), self._form_text(eg, n, cid, costs, times, kz, roots, pins)) for n in cls.nodes]
@@ -165,20 +139,36 @@ class ClassDetail(Vertical):
         self.forms.set_items(items, keep)
         _update_in_place(self.query_one("#explain", Static), Text(self.explanation))
 
-    def _why(self, eg: EGraph, choices: Mapping, costs: Mapping[NodeId, float | None]) -> Text:
-        if not choices:
-            return Text("no extraction at this stage", "dim")
-        producing = [ch for ch in choices.values() if ch.source is None] or list(choices.values())
-        best = min(producing, key=lambda ch: ch.cost)
-        text = Text.assemble(("★ chosen ", "bold yellow"), f"n{best.node} {eg.describe(best.node).split('(')[0]}",
-                             f": tree cost {seconds_text(best.cost)}")
-        rivals = sorted((c, n) for n, c in costs.items() if c is not None and n != best.node)
-        if rivals:
-            cost, n = rivals[0]
-            text.append(f"; next best n{n} {eg.describe(n).split('(')[0]} {seconds_text(cost)}"
-                        f" ({seconds_text(cost - best.cost, signed=True)})", "dim" if cost >= best.cost else "red")
-        else:
-            text.append("; the only way to compute it", "dim")
+    def _term(self, eg: EGraph, t: Term) -> str:
+        """A kernel or copy with its seconds as the extractor priced them: m measured, p predicted."""
+        if t.copy:
+            return f"copy to {self._device(t.value[1])} {seconds_text(t.seconds)} p"
+        param = eg.node(t.node).param
+        if not isinstance(param, KernelNode):
+            return f"n{t.node} {eg.describe(t.node).split('(')[0]}"
+        name = self._kz.candidates[param.candidate].kernel.name if self._kz is not None else f"n{t.node}"
+        return f"{name} on {self._device(param.device)} {seconds_text(t.seconds)} {'m' if self._measured(param) else 'p'}"
+
+    def _device(self, name: str) -> str:
+        return self._short.get(name, name.split(":")[0])
+
+    def _why(self, eg: EGraph, why: Why | None, pinned: bool) -> Text:
+        """The choice in DAG cost (the extractor's objective): the plan's, and the best rival's with its terms."""
+        if why is None:
+            return Text("not in the plan", "dim")
+        text = Text.assemble(("★ chosen ", "bold yellow"), " + ".join(self._term(eg, t) for t in why.chosen),
+                             f": plan DAG cost {seconds_text(why.dag_cost)}")
+        if not why.rivals:
+            return text.append("; the only way to make it", "dim")
+        best = why.rivals[0]
+        delta = best.dag_cost - why.dag_cost
+        terms = [f"+{self._term(eg, t)}" for t in best.added] + [f"-{self._term(eg, t)}" for t in best.dropped]
+        text.append(f"\nnext best {' + '.join(self._term(eg, t) for t in best.via)}: plan "
+                    f"{seconds_text(best.dag_cost)} ({'+' if delta >= 0 else '-'}{seconds_text(abs(delta))}: "
+                    f"{', '.join(terms)})", "dim" if delta >= 0 else "red")
+        if delta < 0:
+            text.append("; the pins cost that" if pinned else
+                        "; a cheaper plan is known: the DAG extractor is a heuristic (p pins it)", "red")
         return text
 
     def _form_text(self, eg: EGraph, n: NodeId, cid: ClassId, costs, times, kz, roots, pins) -> Text:
@@ -190,10 +180,11 @@ class ClassDetail(Vertical):
         text.append(f"n{n} ", "dim")
         text.append(eg.describe(n), "bold" if n in self.chosen else "")
         if op == "kernel" and param in times:
-            cost = costs.get(n)
-            text.append(f"  {param.device} {seconds_text(times[param])}", "cyan")  # type: ignore[attr-defined]
-            if cost is not None and not math.isinf(cost):
-                text.append(f" (tree {seconds_text(cost)})", "dim")
+            mark = "m" if self._measured(param) else "p"  # type: ignore[arg-type]
+            text.append(f"  {param.device} {seconds_text(times[param])} {mark}", "cyan")  # type: ignore[attr-defined]
+            if n in costs:
+                delta = costs[n]
+                text.append(f" (plan {'+' if delta >= 0 else '-'}{seconds_text(abs(delta))})", "dim")
         elif kz is not None and kz.defaults.get(cid) == n:
             text.append("  default inline form", "dim")
         if n in roots:

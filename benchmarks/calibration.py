@@ -1,0 +1,150 @@
+"""Honest costs: cold compile time, cost-model error per device, predicted vs measured plans, tuning vs budget.
+
+    python benchmarks/calibration.py                     # every full-size sample, every device found
+    python benchmarks/calibration.py mlp attention --gpu # some samples; --gpu: GPUs only for OpenCL
+    python benchmarks/calibration.py --quick-start       # the explorer on the default sample, to "done"
+    bash benchmarks/h200.sh --calibration                # the same on the H200 device machine
+
+Each sample compiles with an empty cache (a fresh ``ZYX_EXPLORE_CACHE``: copy links, device calibration and
+tuning all measured again) under the default budget, runs and verifies.  Printed as Markdown tables:
+
+- per sample: wall time (in process, imports excluded), tuning time vs budget, launches timed, plan predicted
+  vs measured (the pipeline's one run, and the median of 3 more runs);
+- per device: the cost model's error |log2(predicted / measured)| over every (kernel, device) the tuner timed,
+  for the prediction made before the kernel's first trial on the device (out of sample) and for each trial's
+  prediction made right before it ran (refitted by the trials before it); the calibrated parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import sample_graphs
+from engine import load
+from engine.devices import discover
+from engine.pipeline import Compilation, Options, compile_program
+from engine.plan import execute
+from engine.tuning import OK
+
+
+def short(device: str) -> str:
+    return device.split("-")[0] if device.startswith("opencl:") else device
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.3g} ms"
+
+
+def error(predicted: float, measured: float) -> float:
+    return abs(math.log2(predicted / measured))
+
+
+def compile_cold(name: str, devices: list) -> tuple[Compilation, float, list[float]]:
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["ZYX_EXPLORE_CACHE"] = cache
+        start = time.perf_counter()
+        c = compile_program(load(sample_graphs.path(name)), devices, Options())
+        wall = time.perf_counter() - start
+    assert c.plan is not None
+    inputs = dict(c.program.input_values())
+    reruns = [execute(c.plan, devices, inputs).total for _ in range(3)]
+    return c, wall, reruns
+
+
+def quick_start() -> None:
+    """Open the explorer (headless, 140x40) on the default sample with an empty cache; time it to "done"."""
+    import asyncio
+
+    from zyx_explorer.app import ExplorerApp
+    from zyx_explorer.cli import default_file
+
+    async def run() -> float:
+        path = default_file()
+        app = ExplorerApp(load(path), path)
+        start = time.perf_counter()
+        async with app.run_test(size=(140, 40)) as pilot:
+            while app.running or "executed" not in app.session.done:
+                if app.session.failed:
+                    raise SystemExit(f"failed: {app.session.failed}")
+                await pilot.pause(0.1)
+            took = time.perf_counter() - start
+            c = app.session.compilation
+            print(f"quick start ({path.name}, empty cache): done in {took:.1f} s; tuned stage "
+                  f"{c.tune_seconds:.1f} s of a {c.budget.total:g} s budget; plan {c.plan.coverage()}, "
+                  f"{len(c.plan.launches())} launches on {len({s.device for s in c.plan.launches()})} devices")
+        return took
+
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["ZYX_EXPLORE_CACHE"] = cache
+        asyncio.run(run())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("samples", nargs="*", help="sample names (default: every full-size sample)")
+    parser.add_argument("--gpu", action="store_true", help="OpenCL GPUs only (the CPU runtime left out)")
+    parser.add_argument("--quick-start", action="store_true", help="time the explorer on the default sample instead")
+    args = parser.parse_args()
+    if args.quick_start:
+        return quick_start()
+    names = args.samples or [n for n in sample_graphs.names() if not n.endswith(".small")]
+    devices = discover()
+    if args.gpu:
+        devices = [d for d in devices if not d.name.startswith("opencl:") or getattr(d, "is_gpu", False)]
+    print("devices:", ", ".join(d.name for d in devices))
+    print("\n| sample | wall | tuning / budget | launches timed | plan predicted | measured (run) | measured "
+          "(median of 3 more) | measured / predicted | verified |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    first: dict[str, list[float]] = {}
+    every: dict[str, list[float]] = {}
+    ratios = []
+    calibrations = {}
+    for name in names:
+        c, wall, reruns = compile_cold(name, devices)
+        assert c.plan is not None and c.execution is not None and c.budget is not None
+        rerun = statistics.median(reruns)
+        ratios.append(rerun / c.plan.predicted)
+        print(f"| {name} | {wall:.1f} s | {c.tune_seconds:.1f} / {c.budget.total:g} s | "
+              f"{len(c.plan.launches()) - c.plan.unmeasured} of {len(c.plan.launches())} | {ms(c.plan.predicted)} | "
+              f"{ms(c.execution.total)} | {ms(rerun)} | {rerun / c.plan.predicted:.2f} | "
+              f"{c.verification.ok if c.verification else '-'} |", flush=True)
+        for result in c.tuning.values():
+            timed = [t for t in result.trials if t.status == OK and t.seconds]
+            if timed:
+                first.setdefault(result.device, []).append(error(timed[0].predicted, timed[0].seconds))
+                every.setdefault(result.device, []).extend(error(t.predicted, t.seconds) for t in timed)
+        assert c.calibrations is not None
+        calibrations.update(c.calibrations.by_device)
+    print("\n| device | pairs timed | median \\|log2(pred/meas)\\|, before its first trial | p90 | trials | median, "
+          "each trial | within 2x (each trial) |")
+    print("|---|---|---|---|---|---|---|")
+    for device, errors in sorted(first.items()):
+        each = every[device]
+        p90 = sorted(errors)[int(0.9 * (len(errors) - 1))]
+        print(f"| {short(device)} | {len(errors)} | {statistics.median(errors):.2f} | {p90:.2f} | {len(each)} | "
+              f"{statistics.median(each):.2f} | {sum(e < 1 for e in each) / len(each):.0%} |")
+    worst = max(ratios, key=lambda r: abs(math.log2(r)))
+    print(f"\nplans: measured/predicted from {min(ratios):.2f} to {max(ratios):.2f} (worst {worst:.2f}); "
+          f"{sum(abs(math.log2(r)) > 1 for r in ratios)} of {len(ratios)} more than 2x off")
+    print("\n| device | launch overhead | factor: device | elementwise | transcendental | reduce | matmul | row "
+          "| observations |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for device, cal in sorted(calibrations.items()):
+        overall = cal.device.factor(1.0)
+        shapes = [f"{cal.shapes[s].factor(overall):.3g}" if s in cal.shapes else "-"
+                  for s in ("elementwise", "transcendental", "reduce", "matmul", "row")]
+        print(f"| {short(device)} | {cal.overhead * 1e6:.3g} µs | {overall:.3g} | {' | '.join(shapes)} | "
+              f"{cal.observations} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""The cost model calibrated per device: the roofline of ``model.predict`` fitted to what the device measured.
+
+    predicted = overhead + factor x work part of the roofline
+
+``overhead`` is the device's measured launch cost; ``factor`` is the geometric mean of measured/roofline
+ratios, taken at the most specific level that has measurements: this kernel, else kernels of its shape
+(``elementwise``, ``transcendental``, ``reduce``, ``matmul``, ``row``), else all of the device's.  Each level is
+shrunk towards the one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.
+
+A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
+copy-like kernel, a transcendental one, a reduce and a matmul), and every measured trial and executed plan step
+refits it (``observe``).  Fits are kept per device and driver in ``calibration.json`` beside ``links.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.fileio import write_atomic
+from engine.kernel.index import Var, add, flatten, scale, var
+from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
+from engine.kernel.lanes import upcast_axes
+from engine.program.dtypes import DType
+from engine.tuning.cache import CacheWarning, default_dir, driver
+from engine.tuning.model import predict as roofline
+
+PRIOR = 2.0
+"""Weight, in observations, of the level above when a level's factor is fitted."""
+TRANSCENDENTAL = frozenset({"exp2", "log2", "sin", "cos", "sqrt", "recip", "exp", "log", "tanh", "erf", "pow"})
+KERNEL_LIMIT = 2000
+"""Per-kernel fits kept per device (the oldest are dropped first)."""
+
+
+def nominal_overhead(device: Device) -> float:
+    """The launch overhead the device's nominal roofline includes (subtracted before scaling)."""
+    nominal = getattr(device, "nominal", None)
+    return float(nominal.overhead if nominal is not None else getattr(device, "launch_overhead", 0.0))
+
+
+def shape(kernel: Kernel) -> str:
+    """The shape class of ``kernel`` whose efficiency is fitted together."""
+    if kernel.stages:
+        return "row"
+    if kernel.reduce is not None:
+        return "matmul" if upcast_axes(kernel)[1] is not None and kernel.reduce.size > 1 else "reduce"
+    if any(isinstance(e, Op) and e.op in TRANSCENDENTAL for e in schedule(kernel.exprs())):
+        return "transcendental"
+    return "elementwise"
+
+
+@dataclass
+class Fit:
+    """A running geometric mean: the sum of log ratios and their count."""
+
+    log_sum: float = 0.0
+    count: float = 0.0
+
+    def factor(self, prior: float) -> float:
+        """The fitted factor, shrunk towards ``prior`` (a factor) by PRIOR observations' weight."""
+        return math.exp((self.log_sum + PRIOR * math.log(prior)) / (self.count + PRIOR))
+
+    def add(self, ratio: float) -> None:
+        self.log_sum += math.log(ratio)
+        self.count += 1
+
+
+@dataclass
+class Calibration:
+    """One device's fitted parameters (see the module docstring)."""
+
+    overhead: float
+    device: Fit = field(default_factory=Fit)
+    shapes: dict[str, Fit] = field(default_factory=dict)
+    kernels: dict[str, Fit] = field(default_factory=dict)
+    observations: int = 0
+
+    def factor(self, kernel: Kernel) -> float:
+        f = self.device.factor(1.0)
+        f = self.shapes.get(shape(kernel), Fit()).factor(f)
+        return self.kernels.get(kernel.key, Fit()).factor(f)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"overhead": self.overhead, "observations": self.observations,
+                "device": [self.device.log_sum, self.device.count],
+                "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
+                "kernels": {k: [f.log_sum, f.count] for k, f in self.kernels.items()}}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Calibration:
+        def fit(pair: Any) -> Fit:
+            log_sum, count = (float(x) for x in pair)
+            if not (math.isfinite(log_sum) and math.isfinite(count) and count >= 0):
+                raise ValueError(f"bad fit {pair}")
+            return Fit(log_sum, count)
+
+        overhead = float(data["overhead"])
+        if not (math.isfinite(overhead) and overhead >= 0):
+            raise ValueError(f"bad overhead {overhead}")
+        return Calibration(overhead, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
+                           {k: fit(v) for k, v in data["kernels"].items()}, int(data.get("observations", 0)))
+
+
+class Calibrations:
+    """Calibrations by device, read from and written to ``calibration.json`` (None: kept in memory only)."""
+
+    def __init__(self, directory: Path | str | None = None, persist: bool = True, fit: bool = True) -> None:
+        """``persist``: read and write ``calibration.json``; ``fit``: run the micro-benchmarks for a device
+        that has no stored calibration (else it starts nominal)."""
+        self.fit = fit
+        self.path = Path(directory if directory is not None else default_dir()) / "calibration.json" if persist else None
+        self._on_disk: dict[str, Any] | None = None
+        self.by_device: dict[str, Calibration] = {}
+        """Loaded or fitted calibrations by device name."""
+        self._devices: dict[str, Device] = {}
+
+    def _key(self, device: Device) -> str:
+        return f"{device.name}|{driver(device)}"
+
+    def _read(self) -> dict[str, Any]:
+        if self.path is None:
+            return {}
+        try:
+            data = json.loads(self.path.read_text())
+            devices = data["devices"]
+            if not isinstance(devices, dict):
+                raise ValueError("'devices' is not an object")
+            return devices
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            warnings.warn(CacheWarning(f"calibration {self.path} is unreadable ({e}); calibrating again"),
+                          stacklevel=3)
+            return {}
+
+    def get(self, device: Device) -> Calibration:
+        """``device``'s calibration: as stored, else fitted by micro-benchmarks (``fit``) or nominal."""
+        if device.name in self.by_device:
+            return self.by_device[device.name]
+        self._devices[device.name] = device
+        if self._on_disk is None:
+            self._on_disk = self._read()
+        stored = self._on_disk.get(self._key(device))
+        calibration = None
+        if isinstance(stored, dict):
+            try:
+                calibration = Calibration.from_json(stored)
+            except (KeyError, TypeError, ValueError) as e:
+                warnings.warn(CacheWarning(f"calibration of {device.name} in {self.path} is malformed ({e})"),
+                              stacklevel=2)
+        if calibration is None:
+            calibration = Calibration(nominal_overhead(device))
+            self.by_device[device.name] = calibration
+            if self.fit:
+                benchmark(device, self)
+                self.save(device)
+        self.by_device[device.name] = calibration
+        return calibration
+
+    def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
+        """Calibrated seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
+        c = self.get(device)
+        return c.overhead + c.factor(kernel) * _work_part(kernel, device, variant)
+
+    def observe(self, kernel: Kernel, device: Device, variant: Variant, seconds: float) -> None:
+        """Refit ``device`` with a measured launch: this kernel's factor always; the shape's and the device's
+        when the work, not the launch overhead, dominates the time."""
+        c = self.get(device)
+        part = _work_part(kernel, device, variant)
+        if not (math.isfinite(seconds) and seconds > 0 and part > 0):
+            return
+        ratio = max(seconds - c.overhead, 0.1 * seconds) / part
+        if kernel.key not in c.kernels and len(c.kernels) >= KERNEL_LIMIT:
+            del c.kernels[next(iter(c.kernels))]  # the oldest
+        c.kernels.setdefault(kernel.key, Fit()).add(ratio)
+        if seconds > 2 * c.overhead:
+            c.shapes.setdefault(shape(kernel), Fit()).add(ratio)
+            c.device.add(ratio)
+        c.observations += 1
+
+    def save(self, device: Device | None = None) -> None:
+        """Write the calibrations (merged over what is on disk); a failure is reported, never raised."""
+        if self.path is None:
+            return
+        data = self._read()
+        devices = [device] if device is not None else list(self._devices.values())
+        data.update({self._key(d): self.by_device[d.name].to_json() for d in devices})
+        self._on_disk = data
+        try:
+            write_atomic(self.path, json.dumps({"format": 1, "devices": data}, indent=1, sort_keys=True))
+        except OSError as e:
+            warnings.warn(CacheWarning(f"calibration {self.path} cannot be written ({e}); kept in memory"),
+                          stacklevel=2)
+
+
+def _work_part(kernel: Kernel, device: Device, variant: Variant) -> float:
+    """The roofline's seconds without its nominal launch overhead (what the factor scales)."""
+    return max(roofline(kernel, device, variant) - nominal_overhead(device), 1e-9)
+
+
+# -- micro-benchmarks ----------------------------------------------------------------------------------------
+
+F32 = DType.F32
+
+
+def _elementwise(n: int, op: str) -> Kernel:
+    (g,) = (Var("g0", n),)
+    a, b = Load(0, var(g), n, F32), Load(1, var(g), n, F32)
+    body = Op(op, (a,), F32) if op in TRANSCENDENTAL else Op(op, (a, b), F32)
+    return Kernel((Buffer((n,), F32), Buffer((n,), F32)), (n,), (g,), None, (body,))
+
+
+def _row_sum(rows: int, cols: int) -> Kernel:
+    g, r = Var("g0", rows), Var("r0", cols)
+    body = Load(0, add(scale(var(g), cols), var(r)), rows * cols, F32)
+    return Kernel((Buffer((rows, cols), F32),), (rows,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
+
+
+def _matmul(n: int) -> Kernel:
+    g0, g1, r = Var("g0", n), Var("g1", n), Var("r0", n)
+    a = Load(0, flatten([var(g0), var(r)], (n, n)), n * n, F32)
+    b = Load(1, flatten([var(r), var(g1)], (n, n)), n * n, F32)
+    return Kernel((Buffer((n, n), F32), Buffer((n, n), F32)), (n, n), (g0, g1),
+                  Reduce("sum", (r,), Op("mul", (a, b), F32)), (Acc(F32),))
+
+
+def micro_kernels() -> list[Kernel]:
+    """The micro-benchmarks: a tiny launch (overhead first), then one kernel per shape class."""
+    return [_elementwise(256, "add"), _elementwise(1 << 22, "add"), _elementwise(1 << 22, "exp2"),
+            _row_sum(1024, 4096), _matmul(256)]
+
+
+def benchmark(device: Device, calibrations: Calibrations) -> None:
+    """Fit ``device``'s overhead and factors by timing the micro-benchmarks it supports (a second or two)."""
+    from engine.tuning.measure import Bench
+    from engine.tuning.model import suggest
+
+    c = calibrations.by_device[device.name]
+    kernels = [k for k in micro_kernels() if device.supports(k)]
+    items = [(k, suggest(k, device)) for k in kernels]
+    batch = getattr(device, "compile_many", None)
+    if batch is not None:
+        batch(items)
+    tiny = micro_kernels()[0].key
+    for kernel, variant in items:
+        try:
+            bench = Bench(device, kernel)
+            try:
+                compiled = device.compile(kernel, variant)
+                outs = [device.alloc(b) for b in kernel.output_types]
+                timing = bench.time(compiled, outs, first=0.0, target=0.02)
+                bench.free(outs)
+            finally:
+                bench.close()
+        except Exception:  # a device that cannot run a micro-benchmark keeps the nominal value for it
+            continue
+        if kernel.key == tiny:
+            c.overhead = min(timing.times)
+        else:
+            calibrations.observe(kernel, device, variant, timing.median)

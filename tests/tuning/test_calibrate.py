@@ -1,0 +1,43 @@
+"""The calibrated cost model: fitted by micro-benchmarks, kept per device and driver, refit by measurements."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from engine.devices import NumpyDevice
+from engine.devices.base import DEFAULT_VARIANT
+from engine.tuning import CacheWarning
+from engine.tuning.calibrate import Calibrations, micro_kernels, shape
+from tests.test_autotune import matmul
+
+
+def test_micro_benchmarks_fit_a_device_once_and_it_is_read_back(tmp_path):
+    device = NumpyDevice(threads=1)
+    first = Calibrations(tmp_path)
+    fitted = first.get(device)
+    assert fitted.observations == len(micro_kernels()) - 1  # the tiny launch gives the overhead, not a factor
+    assert set(fitted.shapes) == {shape(k) for k in micro_kernels()[1:]} and fitted.overhead > 0
+    stored = json.loads((tmp_path / "calibration.json").read_text())["devices"]
+    assert list(stored) == [f"numpy|numpy {np.__version__}"]  # keyed by device and driver
+    again = Calibrations(tmp_path, fit=False).get(device)
+    assert again == fitted
+    k = matmul()
+    assert Calibrations(tmp_path, fit=False).predict(k, device) == first.predict(k, device)
+
+
+def test_a_corrupt_calibration_is_reported_and_fitted_again(tmp_path):
+    (tmp_path / "calibration.json").write_text("{not json")
+    with pytest.warns(CacheWarning, match="calibration"):
+        c = Calibrations(tmp_path).get(NumpyDevice(threads=1))
+    assert c.observations > 0 and json.loads((tmp_path / "calibration.json").read_text())["format"] == 1
+
+
+def test_without_measurements_the_model_is_the_nominal_roofline():
+    device = NumpyDevice(threads=1)
+    k = matmul()
+    assert math.isclose(Calibrations(persist=False, fit=False).predict(k, device, DEFAULT_VARIANT),
+                        device.estimate(k))
