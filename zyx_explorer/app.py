@@ -181,9 +181,10 @@ class ExplorerApp(App):
                 try:
                     devices = discover(notes=notes)
                     for note in notes:  # e.g. no C compiler: no native device
-                        self.call_from_thread(self.notify, note, title="Devices", severity="warning")
+                        self.call_from_thread(self.notify, note, title="Devices", severity="warning", markup=False)
                 except Exception as e:  # no OpenCL runtime: numpy and BLAS only
-                    self.call_from_thread(self.notify, f"OpenCL unavailable: {e}", title="Devices", severity="warning")
+                    self.call_from_thread(self.notify, f"OpenCL unavailable: {e}", title="Devices", severity="warning",
+                                          markup=False)
                     devices = discover(opencl=False)
             began = self.clock()
             stages = compile_stages(self.program, devices, self.options, progress=self._tune_progress,
@@ -233,14 +234,14 @@ class ExplorerApp(App):
         if self.tuning_cancelled:
             self.notify(f"tuning stopped: {len(c.tuning)} kernels timed, the others use predictions", title="Tuning")
         if c.problems:
-            self.notify("\n".join(c.problems), title=f"{len(c.problems)} problems worked around", severity="warning",
+            self.notify("\n".join(c.problems), title=f"{len(c.problems)} problems worked around", severity="warning", markup=False,
                         timeout=10)
 
     @on(CompileFailed)
     def _failed(self, message: CompileFailed) -> None:
         self.running = False
         self.session.failed = message.error
-        self.notify(message.error, title="Compilation failed", severity="error", timeout=10)
+        self.notify(message.error, title="Compilation failed", severity="error", timeout=10, markup=False)
         self._refresh()
 
     @property
@@ -629,7 +630,7 @@ class ExplorerApp(App):
         try:
             before, after = change()
         except (model.PinError, Exception) as e:  # an impossible pin is refused, never a crash
-            self.notify(str(e), title="Pin", severity="error")
+            self.notify(str(e), title="Pin", severity="error", markup=False)
             return
         delta = after - before
         sign = "+" if delta >= 0 else "-"
@@ -687,7 +688,7 @@ class ExplorerApp(App):
         try:
             write_atomic(target, self.export_screenshot())
         except OSError as e:
-            self.notify(f"cannot write {target}: {e}", title="Screenshot", severity="error")
+            self.notify(f"cannot write {target}: {e}", title="Screenshot", severity="error", markup=False)
             return
-        self.notify(f"saved {target}", title="Screenshot")
+        self.notify(f"saved {target}", title="Screenshot", markup=False)
 

@@ -7,14 +7,16 @@ in its foreign-e-graph view, and ``extract`` runs greedy, DAG and ILP extraction
 checks that every form of every class computes the same values on random inputs.
 
 Exit codes: 0 success, 1 the semantic check found forms that disagree (a rule is
-unsound), 2 bad input (a located, one-paragraph message; never a traceback),
-130 interrupted.
+unsound), 2 bad input or an output that cannot be written (a located, one-paragraph
+message; never a traceback), 3 ``export`` wrote its files but the plan's outputs
+differ from the reference interpreter, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import time
 from collections import Counter
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import sample_graphs
@@ -44,6 +47,7 @@ from zyx_explorer import __version__
 
 EXIT_DISAGREEMENT = 1
 EXIT_BAD_INPUT = 2
+EXIT_VERIFY_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 SEMANTIC_MAX_ELEMENTS = 1 << 22
@@ -189,16 +193,16 @@ def _fmt_bytes(n: int) -> str:
 def summary(program: Program, source: Path) -> list[Table | str]:
     """The renderables ``check`` prints: inputs, outputs, op counts and totals."""
     title = program.name or source.name
-    head = f"[bold]{title}[/bold]" + (f": {program.description}" if program.description else "")
+    head = f"[bold]{escape(title)}[/bold]" + (f": {escape(program.description)}" if program.description else "")
     inputs = Table("input", "shape", "dtype", "init", title="Inputs", title_justify="left")
     for i in program.inputs:
         params = ", ".join(f"{k}={v}" for k, v in i.init.params.items() if k != "values")
-        inputs.add_row(i.name, _fmt_shape(i.shape), str(i.dtype), f"{i.init.kind}({params})")
+        inputs.add_row(escape(i.name), _fmt_shape(i.shape), str(i.dtype), escape(f"{i.init.kind}({params})"))
     types = program.types()
     outputs = Table("output", "shape", "dtype", title="Outputs", title_justify="left")
     for name in program.outputs:
         shape, dtype = types[name]
-        outputs.add_row(name, _fmt_shape(shape), str(dtype))
+        outputs.add_row(escape(name), _fmt_shape(shape), str(dtype))
     ops = Table("op", "count", title="Ops", title_justify="left")
     for op, count in sorted(Counter(n.op for n in program.nodes).items(), key=lambda kv: (-kv[1], kv[0])):
         ops.add_row(op, str(count))
@@ -217,7 +221,7 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
     program = load(args.file)
     for item in summary(program, args.file):
         console.print(item)
-    console.print(f"[green]ok[/green]: {args.file} is a valid graph.json")
+    console.print(f"[green]ok[/green]: {escape(str(args.file))} is a valid graph.json")
     return _semantic(program, args, console, err) if args.semantic else 0
 
 
@@ -315,8 +319,8 @@ def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_mat
                   title_justify="left")
     for d in bad[:SHOWN_DISAGREEMENTS]:
         cls = egraph.eclass(d.class_id)
-        table.add_row(f"c{d.class_id} {_fmt_shape(cls.shape)} {cls.dtype}", f"n{d.node} {egraph.describe(d.node)}",
-                      f"n{d.reference} {egraph.describe(d.reference)}", f"{d.max_error:.3g}",
+        table.add_row(f"c{d.class_id} {_fmt_shape(cls.shape)} {cls.dtype}", escape(f"n{d.node} {egraph.describe(d.node)}"),
+                      escape(f"n{d.reference} {egraph.describe(d.reference)}"), f"{d.max_error:.3g}",
                       ", ".join(_reasons(egraph, d.reference, d.node)))
     items += [table, f"[bold red]disagreement[/bold red]: {len(bad)} of {report.forms} forms disagree with their "
                      f"class: a rule is unsound"]
@@ -370,29 +374,30 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     from engine.pipeline import compile_program
 
     out: Path = args.output
-    if out.exists() and not out.is_dir():
-        err.print(f"[bold red]error[/bold red]: {out} exists and is not a folder")
-        return EXIT_BAD_INPUT
-    if out.is_dir() and any(out.iterdir()) and not args.force:
-        err.print(f"[bold red]error[/bold red]: {out} is not empty; use --force to write into it")
-        return EXIT_BAD_INPUT
+    problem = output_problem(out, folder=True, force=args.force)
+    if problem:
+        return _error(err, problem)
     program = load(args.file)
     with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
         compilation = compile_program(program, _devices(args, err), _options(args))
     assert compilation.egraph is not None
     if args.neighbourhood is not None and args.neighbourhood >= compilation.egraph.num_added:
-        err.print(f"[bold red]error[/bold red]: --neighbourhood c{args.neighbourhood}: no such class "
-                  f"(ids go up to c{compilation.egraph.num_added - 1})")
-        return EXIT_BAD_INPUT
+        return _error(err, f"--neighbourhood c{args.neighbourhood}: no such class "
+                           f"(ids go up to c{compilation.egraph.num_added - 1})")
     options = ExportOptions(neighbourhood=args.neighbourhood, depth=2 if args.depth is None else args.depth,
                             plan_only=args.plan_only, collapse=args.collapse)
     stages = None if args.stage == "all" else [args.stage]
     with err.status("rendering"):
         result = export_all(compilation, stages, out, args.format, options, source=str(args.file))
     for note in dict.fromkeys(result.notes):
-        err.print(f"[yellow]note[/yellow]: {note}")
-    console.print(f"[green]wrote[/green] {len(result.paths)} files to {out}: "
-                  + ", ".join(p.name for p in result.paths))
+        err.print(f"[yellow]note[/yellow]: {escape(note)}")
+    console.print(f"[green]wrote[/green] {len(result.paths)} files to {escape(str(out))}: "
+                  + escape(", ".join(p.name for p in result.paths)))
+    if compilation.verification is not None and not compilation.verification.ok:
+        wrong = ", ".join(o.name for o in compilation.verification.outputs if not o.ok)
+        err.print(f"[bold red]verification failed[/bold red]: {escape(str(args.file))}: the plan's outputs "
+                  f"{escape(wrong)} differ from the reference interpreter (see report.md)")
+        return EXIT_VERIFY_FAILED
     return 0
 
 
@@ -438,9 +443,9 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     from engine.interop import egraph_document, problem_document
     from engine.pipeline import compile_stages
 
-    if args.output.exists() and not args.force:
-        err.print(f"[bold red]error[/bold red]: {args.output} exists; use --force to replace it")
-        return EXIT_BAD_INPUT
+    problem = output_problem(args.output, folder=False, force=args.force)
+    if problem:
+        return _error(err, problem)
     program = load(args.file)
     options = _options(args)
     with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
@@ -454,7 +459,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     else:
         doc = problem_document(c.egraph, c.device_pools, c.kernel_times.__getitem__, c.transfer_time())
     write_atomic(args.output, json.dumps(doc, indent=1, allow_nan=False))
-    console.print(f"[green]wrote[/green] {args.output}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
+    console.print(f"[green]wrote[/green] {escape(str(args.output))}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
     return 0
 
 
@@ -484,16 +489,16 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
                                             "error": r.error, "chosen": dict(r.chosen)} for r in results]}))
         return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
     roots = ", ".join(fg.root_name(r) for r in fg.roots)
-    console.print(f"[bold]{args.file}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
-                  f"roots ({fg.roots_from}): {roots or 'none'}")
+    console.print(f"[bold]{escape(str(args.file))}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
+                  f"roots ({fg.roots_from}): {escape(roots) or 'none'}")
     table = Table("extractor", "DAG cost", "tree cost", "seconds", "status", "note", title_justify="left")
     for r in results:
         table.add_row(r.method, f"{r.dag_cost:.6g}", f"{r.tree_cost:.6g}", f"{r.seconds:.4f}", r.status,
-                      r.error or r.note)
+                      escape(r.error or r.note))
     console.print(table)
     for r in results:
         if r.error:
-            err.print(f"[bold red]error[/bold red]: {args.file}: {r.method}: {r.error}")
+            _error(err, f"{args.file}: {r.method}: {r.error}")
     return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
 
 
@@ -516,6 +521,32 @@ def _explore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _error(err: Console, message: str) -> int:
+    """Print one error paragraph (user text is never read as markup); the bad-input exit code."""
+    err.print(f"[bold red]error[/bold red]: {escape(message)}")
+    return EXIT_BAD_INPUT
+
+
+def output_problem(path: Path, folder: bool, force: bool) -> str | None:
+    """Why ``path`` cannot take the output (a folder, or a regular file), checked before any compiling; None if it can."""
+    if path.exists():
+        if folder and not path.is_dir():
+            return f"{path}: exists and is not a folder"
+        if not folder and path.is_dir():
+            return f"{path}: is a folder; give a file name"
+        if not folder and not path.is_file():
+            return f"{path}: is not a regular file (a device, a pipe?); give a file name"
+        if not force and (not folder or any(path.iterdir())):
+            return f"{path}: {'is not empty' if folder else 'exists'}; use --force to {'write into' if folder else 'replace'} it"
+    folder_path = path if folder else path.parent
+    existing = next((p for p in (folder_path, *folder_path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        return f"{path}: {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{path}: cannot write into {existing} (permission denied)"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -530,8 +561,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _extract(_extract_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         return _explore(_main_parser().parse_args(argv))
     except GraphError as e:
-        err.print(f"[bold red]error[/bold red]: {e}", markup=True)
-        return EXIT_BAD_INPUT
+        return _error(err, str(e))
+    except MemoryError:
+        return _error(err, "out of memory: the program needs more memory than this machine has free")
+    except OSError as e:  # an output that became unwritable while compiling (a full disk, a folder removed)
+        return _error(err, f"{e.filename or 'output'}: cannot be written ({e.strerror or e})")
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 
