@@ -188,7 +188,7 @@ class ExplorerApp(App):
                     devices = discover(opencl=False)
             began = self.clock()
             stages = compile_stages(self.program, devices, self.options, progress=self._tune_progress,
-                                    cancel=lambda: self.tuning_cancelled)
+                                    cancel=lambda: self.tuning_cancelled or worker.is_cancelled)  # quitting stops it
             for c in stages:
                 self.session.record(c, self.clock() - began)
                 self.post_message(StageDone(c.stage))

@@ -502,17 +502,26 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
     return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
 
 
+def _need_terminal() -> None:
+    """The explorer reads keys from a terminal: without one it would wait forever, so say so (exit 2)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise GraphError("the explorer needs a terminal (stdin and stdout are not both one); "
+                         "use zyx-explore check, export or extract in scripts")
+
+
 def _explore(args: argparse.Namespace) -> int:
     path = args.file or default_file()
     from engine.interop import detect
 
     if detect(path) == "egraph-serialize":
         foreign = _load_foreign(path)
+        _need_terminal()
         from zyx_explorer.foreign import ForeignApp
 
         ForeignApp(foreign, path).run()
         return 0
     program = load(path)  # load before the UI starts: a bad file exits 2 with its message
+    _need_terminal()
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
     restricted = args.no_opencl or args.no_native
