@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -558,7 +559,17 @@ def output_problem(path: Path, folder: bool, force: bool) -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not valid UTF-8 is printed escaped, not raised
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    with warnings.catch_warnings():  # warnings (a corrupt cache being rebuilt) as one line each
+        warnings.showwarning = lambda message, *_: err.print(f"warning: {message}", markup=False)
+        return _run(argv, err)
+
+
+def _run(argv: list[str], err: Console) -> int:
+    """The command of ``argv``; every failure a user can cause becomes a message and an exit code."""
     try:
         if argv[:1] == ["check"]:
             return _check(_parse_check(argv[1:]), Console(highlight=False), err)

@@ -20,7 +20,7 @@ def discover(opencl: bool = True, native: bool = True, notes: list[str] | None =
     if opencl:
         from engine.devices import opencl as cl  # pyopencl is imported only when OpenCL is wanted
 
-        found.extend(cl.discover())
+        found.extend(cl.discover(notes))
     return found
 
 

@@ -222,7 +222,14 @@ def find_compiler(directory: Path | None = None) -> Compiler | str:
     found = [p for p in (shutil.which(n) for n in names) if p]
     if not found:
         return f"${ENV}={wanted} is not a command" if wanted else "no C compiler (cc, gcc or clang) on PATH"
-    return _probe(found[0], directory or cache_dir())
+    directory = directory or cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError(13, "permission denied")
+    except OSError as e:
+        return f"its cache folder {directory} cannot be written ({e.strerror or e}); set $ZYX_EXPLORE_CACHE"
+    return _probe(found[0], directory)
 
 
 def default_threads() -> int:
