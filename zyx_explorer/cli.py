@@ -44,6 +44,7 @@ from engine.egraph import (
     random_inputs,
 )
 from engine.extract import EXTRACTORS
+from engine.program.loader import SizeLimits
 from zyx_explorer import __version__
 
 EXIT_DISAGREEMENT = 1
@@ -92,6 +93,16 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                        help="dag (default: shared kernels counted once), greedy (tree cost) or ilp (exact, small graphs)")
     group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices (numpy, BLAS and native only)")
     group.add_argument("--no-native", action="store_true", help="no native C device (it needs a C compiler)")
+    _npy_argument(group)
+
+
+def _npy_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument("--npy-anywhere", action="store_true",
+                        help="let .npy paths lead outside the graph's folder (off: a shared file cannot read others)")
+
+
+def _load(path: Path, args: argparse.Namespace) -> Program:
+    return load(path, SizeLimits(npy_anywhere=args.npy_anywhere))
 
 
 def _devices(args: argparse.Namespace, err: Console) -> list:
@@ -148,6 +159,7 @@ def _check_parser() -> argparse.ArgumentParser:
         "on random inputs (exit 1 if any disagree: a rule is unsound).",
     )
     parser.add_argument("file", type=Path, help="the graph.json file")
+    _npy_argument(parser)
     semantic = parser.add_argument_group("semantic check (these options need --semantic)")
     semantic.add_argument("--semantic", action="store_true", help="saturate the e-graph and check it numerically")
     semantic.add_argument("--fast-math", action="store_true",
@@ -219,7 +231,7 @@ def summary(program: Program, source: Path) -> list[Table | str]:
 
 
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
-    program = load(args.file)
+    program = _load(args.file, args)
     for item in summary(program, args.file):
         console.print(item)
     console.print(f"[green]ok[/green]: {escape(str(args.file))} is a valid graph.json")
@@ -378,7 +390,7 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     problem = output_problem(out, folder=True, force=args.force)
     if problem:
         return _error(err, problem)
-    program = load(args.file)
+    program = _load(args.file, args)
     with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
         compilation = compile_program(program, _devices(args, err), _options(args))
     assert compilation.egraph is not None
@@ -447,7 +459,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     problem = output_problem(args.output, folder=False, force=args.force)
     if problem:
         return _error(err, problem)
-    program = load(args.file)
+    program = _load(args.file, args)
     options = _options(args)
     with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
         for c in compile_stages(program, _devices(args, err), options):
@@ -521,7 +533,7 @@ def _explore(args: argparse.Namespace) -> int:
 
         ForeignApp(foreign, path).run()
         return 0
-    program = load(path)  # load before the UI starts: a bad file exits 2 with its message
+    program = _load(path, args)  # load before the UI starts: a bad file exits 2 with its message
     _need_terminal()
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
