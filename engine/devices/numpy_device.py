@@ -118,7 +118,7 @@ class NumpyDevice(HostMemory):
         p = self._plan(kernel)
         w = work(kernel)
         ops = w.ops
-        parallel = 1 if p.factors is not None else min(self.threads_for(kernel), p.chunk_count)
+        parallel = 1 if p.factors is not None else max(min(self.threads_for(kernel), p.chunk_count), 1)  # 0 chunks: empty
         if p.factors is not None:
             assert kernel.reduce is not None
             sizes = [v.size for v in p.axes]

@@ -206,6 +206,8 @@ def flatten(index: Sequence[Idx], shape: Sequence[int]) -> Idx:
 
 def unflatten(offset: Idx, shape: Sequence[int]) -> list[Idx]:
     """The per-axis index of row-major ``offset`` in ``shape`` (inverse of ``flatten``)."""
+    if 0 in shape:  # no element: no index is ever evaluated (and a stride of 0 divides nothing)
+        return [lit(0)] * len(shape)
     out, stride = [], 1
     for d in reversed(shape):
         out.append(lit(0) if d == 1 else mod(floordiv(offset, stride), d))
