@@ -3,6 +3,7 @@ of cache files (a FIFO, a device, a huge file or a link to /dev/zero is refused,
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -48,18 +49,24 @@ def write_atomic(path: Path, data: str | bytes) -> Path:
 
 
 def _remove_stale(path: Path) -> None:
-    """Remove ``.<name>.*.tmp`` files beside ``path`` older than STALE_SECONDS (a writer killed by kill -9)."""
+    """Remove ``.<name>.*.tmp`` files beside ``path`` older than STALE_SECONDS (a writer killed by kill -9), and
+    corrupt entries set aside (``set_aside``) as long ago."""
     now = time.time()
-    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
-        try:
-            if now - tmp.lstat().st_mtime > STALE_SECONDS:
-                tmp.unlink()
-        except OSError:
-            pass  # another process removed it, or the folder is not ours to clean
+    for old in [*path.parent.glob(f".{path.name}.*.tmp"), *path.parent.glob(f".{path.name}.*.corrupt")]:
+        with contextlib.suppress(OSError):  # another process removed it, or it is a folder set aside
+            if now - old.lstat().st_mtime > STALE_SECONDS:
+                old.unlink()
 
 
 class UnsafeFileError(OSError):
     """A cache file that is not a regular file, or bigger than its limit: treated as corrupt, never read."""
+
+
+def set_aside(path: Path) -> None:
+    """Rename a corrupt cache entry (whatever it is: a FIFO, a link, a folder) to ``.<name>.<time>.corrupt`` so a
+    fresh one can take its place; the link's target or the folder's content is never touched.  Never raises."""
+    with contextlib.suppress(OSError):  # gone already, or not ours: the rebuild then reports that it cannot write
+        os.rename(path, path.with_name(f".{path.name}.{time.time_ns()}.corrupt"))
 
 
 def read_bounded(path: Path, limit: int) -> bytes:

@@ -380,13 +380,12 @@ def run_cache_scenario(target: str, fault: str, detail: Any, work: Path, base_en
     first = cli(argv, env)
     if first[0] not in ("ok", "located"):
         return {"outcome": first[0], "err": "building the good cache: " + first[2][-400:]}
-    if target == "native":
-        objects = sorted((cache / "native").glob("*.so"))
-        victim = objects[0]
-        if fault == "checksum-missing":
-            victim.with_suffix(".sha256").unlink()
-        else:
-            _corrupt(victim, fault)
+    if target == "native":  # every object: those of variants the second run does not load are never read
+        for victim in (cache / "native").glob("*.so"):
+            if fault == "checksum-missing":
+                victim.with_suffix(".sha256").unlink()
+            else:
+                _corrupt(victim, fault)
     elif target == "tuning":
         victim = _tuning_file(cache, "native")
         _entries_edited(victim, detail) if callable(detail) else _corrupt(victim, fault)

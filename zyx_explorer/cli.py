@@ -18,6 +18,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 import time
 import warnings
 from collections import Counter
@@ -549,6 +550,16 @@ def _error(err: Console, message: str) -> int:
     return EXIT_BAD_INPUT
 
 
+def _subject(argv: list[str], *options: str) -> str:
+    """What a failure that has no place of its own is about: the value of the first of ``options`` in ``argv``,
+    else the file argument."""
+    for option in options:
+        if option in argv[:-1]:
+            return argv[argv.index(option) + 1]
+    files = [a for a in argv if not a.startswith("-") and a not in ("check", "export", "serialize", "extract")]
+    return files[0] if files else "zyx-explore"
+
+
 def output_problem(path: Path, folder: bool, force: bool) -> str | None:
     """Why ``path`` cannot take the output (a folder, or a regular file), checked before any compiling; None if it can."""
     if path.exists():
@@ -564,8 +575,12 @@ def output_problem(path: Path, folder: bool, force: bool) -> str | None:
     existing = next((p for p in (folder_path, *folder_path.parents) if p.exists()), Path("."))
     if not existing.is_dir():
         return f"{path}: {existing} is not a folder"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return f"{path}: cannot write into {existing} (permission denied)"
+    try:  # a real write tells what permissions cannot (root, read-only mounts, /proc)
+        fd, probe = tempfile.mkstemp(prefix=".zyx-explore-probe-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"{path}: cannot write into {existing} ({e.strerror or e})"
     return None
 
 
@@ -595,9 +610,10 @@ def _run(argv: list[str], err: Console) -> int:
     except GraphError as e:
         return _error(err, str(e))
     except MemoryError:
-        return _error(err, "out of memory: the program needs more memory than this machine has free")
+        return _error(err, f"{_subject(argv)}: out of memory: the program needs more memory than "
+                           "this machine has free")
     except OSError as e:  # an output that became unwritable while compiling (a full disk, a folder removed)
-        return _error(err, f"{e.filename or 'output'}: cannot be written ({e.strerror or e})")
+        return _error(err, f"{e.filename or _subject(argv, '-o', '--output')}: cannot be written ({e.strerror or e})")
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
 from engine.devices.numpy_device import HostMemory
-from engine.fileio import read_bounded, write_atomic
+from engine.fileio import read_bounded, set_aside, write_atomic
 from engine.kernel.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.cost import work
 from engine.kernel.ir import Kernel
@@ -162,6 +162,7 @@ def _intact(path: Path, checksum: Path) -> bool:
 def _corrupt(path: Path, why: str) -> bool:
     from engine.tuning.cache import CacheWarning  # engine.tuning imports engine.devices: imported when used
 
+    set_aside(path)
     warnings.warn(CacheWarning(f"native cache {path} is corrupt ({why}); rebuilding it"), stacklevel=4)
     return False
 

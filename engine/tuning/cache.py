@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import Device
-from engine.fileio import UnsafeFileError, read_bounded, write_atomic
+from engine.fileio import UnsafeFileError, read_bounded, set_aside, write_atomic
 from engine.kernel.ir import Kernel
 
 FORMAT = 1
@@ -73,7 +73,8 @@ class TuneCache:
         except (FileNotFoundError, NotADirectoryError):
             self.status[device.name] = "missing"
             return {}
-        except UnsafeFileError as e:  # a FIFO, a device, a huge file: never read
+        except UnsafeFileError as e:  # a FIFO, a device, a huge file: never read, set aside for the rebuild
+            set_aside(path)
             return self._warn(device, "corrupt", f"is corrupt ({e}); rebuilding it")
         except OSError as e:  # unreadable (permissions): tune without it
             return self._warn(device, "corrupt", f"cannot be read ({e.strerror})")

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from engine.devices.base import HOST, Device
-from engine.fileio import read_bounded, write_atomic
+from engine.fileio import UnsafeFileError, read_bounded, set_aside, write_atomic
 from engine.kernel.ir import Buffer
 from engine.program.dtypes import DType
 from engine.tuning.cache import MAX_FILE_BYTES, CacheWarning, default_dir, driver
@@ -81,6 +81,10 @@ class LinkCache:
             if not isinstance(links, dict):
                 raise ValueError("'links' is not an object")
         except FileNotFoundError:
+            return {}
+        except UnsafeFileError as e:  # a FIFO, a device, a folder: set aside for the rebuild
+            set_aside(self.path)
+            warnings.warn(CacheWarning(f"transfer cache {self.path} is unreadable ({e}); measuring again"), stacklevel=3)
             return {}
         except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
             warnings.warn(CacheWarning(f"transfer cache {self.path} is unreadable ({e}); measuring again"), stacklevel=3)
