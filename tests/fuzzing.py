@@ -460,8 +460,15 @@ def stale_temporaries(work: Path, env: dict[str, str]) -> dict[str, Any]:
 
 # -- the driver ---------------------------------------------------------------------------------------
 
-def run(cases: int, seed: int = 0, scenarios: bool = True, log: Any = None) -> dict[str, Counter]:
-    """``cases`` per worker category and (``scenarios``) every cache and output scenario: outcome counts."""
+QUICK = {"native truncated", "tuning unroll-10^7", "export into a file's subfolder", "serialize onto /dev/full",
+         "serialize to a full disk"}
+"""The scenarios CI runs (each is a few fresh processes)."""
+
+
+def run(cases: int, seed: int = 0, scenarios: str = "all", log: Any = None) -> dict[str, Counter]:
+    """``cases`` per worker category and the cache and output ``scenarios`` (``all``, ``quick``: QUICK, ``none``):
+    outcome counts by category."""
+    wanted = (lambda name: True) if scenarios == "all" else (lambda name: scenarios == "quick" and name in QUICK)
     counts: dict[str, Counter] = {}
     failures: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="zx-fuzz-") as tmp:
@@ -484,9 +491,11 @@ def run(cases: int, seed: int = 0, scenarios: bool = True, log: Any = None) -> d
                         p.unlink()
         finally:
             workers.close()
-        if scenarios:
+        if scenarios != "none":
             counts["cache"] = Counter()
             for k, (target, fault, detail) in enumerate(cache_scenarios()):
+                if not wanted(f"{target} {fault}"):
+                    continue
                 scenario = work / f"cache{k}"
                 scenario.mkdir()
                 result = run_cache_scenario(target, fault, detail, scenario, env)
@@ -498,6 +507,8 @@ def run(cases: int, seed: int = 0, scenarios: bool = True, log: Any = None) -> d
             outputs = [(name, lambda a=argv, f=fsize: run_output_scenario(a, f, env))
                        for name, argv, fsize in output_scenarios(work)]
             for name, scenario_run in [*outputs, ("stale temporary files", lambda: stale_temporaries(work, env))]:
+                if not wanted(name):
+                    continue
                 result = scenario_run()
                 counts["output"][result["outcome"]] += 1
                 if result["outcome"] in FAILURES:
@@ -516,14 +527,15 @@ def _main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.fuzzing", description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=50, help="cases per worker category (default 50)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-scenarios", action="store_true", help="skip the cache and output scenarios")
+    parser.add_argument("--scenarios", choices=["all", "quick", "none"], default="all",
+                        help="the cache and output scenarios to run (default all)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker()
         return 0
     began = time.perf_counter()
-    counts = run(args.cases, args.seed, not args.no_scenarios, log=sys.stderr)
+    counts = run(args.cases, args.seed, args.scenarios, log=sys.stderr)
     for category, c in counts.items():
         print(f"{category:8} {sum(c.values()):6} cases: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
     print(f"{failures_in(counts)} failures in {time.perf_counter() - began:.0f} s")
