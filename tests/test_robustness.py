@@ -358,3 +358,22 @@ def test_a_full_disk_is_one_located_line(tmp_path, capsys):
                          preexec_fn=small_files, cwd=Path(__file__).parents[1], timeout=300)
     assert run.returncode == 2 and "Traceback" not in run.stderr
     assert f"error: {out}: cannot be written (File too large)" in run.stderr and not out.exists()
+
+
+def test_a_program_bigger_than_the_memory_available_is_refused_before_running(tmp_path, capsys):
+    from engine.program.memory import available_bytes, check_memory, needed_bytes
+
+    program = loads(json.dumps(_unary("zeros", [1024, 1024])))
+    assert needed_bytes(program) == 3 * 4 * 2**20  # the input twice, the relu once
+    check_memory(program, "g.json", available=3 * 4 * 2**20)
+    with pytest.raises(GraphError, match=r"needs at least 0.01 GiB .* only 0.01 GiB") as info:
+        check_memory(program, "g.json", available=3 * 4 * 2**20 - 1)
+    assert str(info.value).startswith("g.json: inputs: ")
+    assert (available_bytes() or 1) > 0
+    path = tmp_path / "big.json"
+    chain = [{"id": f"s{i}", "op": "add", "args": ["a", f"s{i - 1}" if i else "b"]} for i in range(10)]
+    path.write_text(json.dumps({"inputs": {k: {"shape": [4 << 30]} for k in "abc"}, "nodes": chain,
+                                "outputs": ["s9"]}))
+    assert main(["check", str(path)]) == 0  # validating needs no memory
+    assert main(["check", "--semantic", str(path)]) == 2  # 2 x 32 GiB of inputs, 10 x 16 GiB of values
+    assert "of memory are available" in capsys.readouterr().err

@@ -102,8 +102,14 @@ def _npy_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
                         help="let .npy paths lead outside the graph's folder (off: a shared file cannot read others)")
 
 
-def _load(path: Path, args: argparse.Namespace) -> Program:
-    return load(path, SizeLimits(npy_anywhere=args.npy_anywhere))
+def _load(path: Path, args: argparse.Namespace, runs: bool = True) -> Program:
+    """The program of ``path``; when it ``runs`` here, also checked to fit in the memory available."""
+    from engine.program.memory import check_memory
+
+    program = load(path, SizeLimits(npy_anywhere=args.npy_anywhere))
+    if runs:
+        check_memory(program, str(path))
+    return program
 
 
 def _devices(args: argparse.Namespace, err: Console) -> list:
@@ -232,7 +238,7 @@ def summary(program: Program, source: Path) -> list[Table | str]:
 
 
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
-    program = _load(args.file, args)
+    program = _load(args.file, args, runs=args.semantic)
     for item in summary(program, args.file):
         console.print(item)
     console.print(f"[green]ok[/green]: {escape(str(args.file))} is a valid graph.json")
