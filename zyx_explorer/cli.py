@@ -507,7 +507,7 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
                                              "tree_cost": None if r.error else r.tree_cost,
                                             "seconds": r.seconds, "status": r.status, "note": r.note,
                                             "error": r.error, "chosen": dict(r.chosen)} for r in results]}))
-        return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
+        return _extract_errors(args.file, results, err)
     roots = ", ".join(fg.root_name(r) for r in fg.roots)
     console.print(f"[bold]{escape(str(args.file))}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
                   f"roots ({fg.roots_from}): {escape(roots) or 'none'}")
@@ -516,9 +516,14 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
         table.add_row(r.method, f"{r.dag_cost:.6g}", f"{r.tree_cost:.6g}", f"{r.seconds:.4f}", r.status,
                       escape(r.error or r.note))
     console.print(table)
+    return _extract_errors(args.file, results, err)
+
+
+def _extract_errors(path: Path, results: list, err: Console) -> int:
+    """Each extractor's error as a located line on stderr (also beside ``--json``); the exit code."""
     for r in results:
         if r.error:
-            _error(err, f"{args.file}: {r.method}: {r.error}")
+            _error(err, f"{path}: {r.method}: {r.error}")
     return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
 
 
