@@ -242,6 +242,10 @@ def run_in_process(argv: list[str]) -> dict[str, Any]:
             rc = main(argv)
         except BaseException as e:  # the harness records whatever escapes
             escaped = f"{type(e).__name__}: {str(e)[:300]}"
+    try:  # a terminal would have to encode it: a lone surrogate printed is a UnicodeEncodeError there
+        (out.getvalue() + err.getvalue()).encode("utf-8")
+    except UnicodeEncodeError as e:
+        escaped = escaped or f"UnicodeEncodeError when printed: {e}"
     outcome = classify(argv, rc, out.getvalue(), err.getvalue(), escaped)
     return {"outcome": outcome, "rc": rc, "escaped": escaped, "err": err.getvalue()[-600:]}
 

@@ -110,11 +110,17 @@ def test_the_tui_shows_hostile_names(tmp_path):
     ({"kind": "normal", "seed": 1, "std": 1e308}, "std", r"at most 1e\+300"),
     ({"kind": "normal", "seed": 1, "mean": 10**400}, "mean", "an integer of 1329 bits"),
     ({"kind": "arange", "step": float("nan")}, "step", "must be finite"),
+    ({"kind": "full", "value": 10**320}, "value", "beyond any float or integer dtype"),
 ])
 def test_init_parameters_out_of_range(init, where, message):
     with pytest.raises(InitError, match=message) as info:
         loads(json.dumps(_unary(init)).replace("Infinity", "1e400"))
     assert info.value.location == f"inputs.x.init.{where}"
+
+
+def test_a_negative_zero_std_is_zero():
+    program = loads(json.dumps(_unary({"kind": "normal", "seed": 1, "std": -0.0})))
+    assert not program.input_values()["x"].any()
 
 
 def test_a_huge_shape_is_refused_with_a_printable_message():

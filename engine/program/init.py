@@ -147,6 +147,10 @@ def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dty
             raise InitError(f"{key} must be finite and at most {MAX_PARAMETER:g} in magnitude, got {_short(value)}", key)
     if kind == "normal" and params["std"] < 0:
         raise InitError(f"std must be >= 0, got {params['std']}", "std")
+    if kind == "normal":
+        params["std"] += 0.0  # -0.0 is 0 (numpy refuses a negative sign)
+    if kind == "full" and isinstance(params["value"], int) and not abs(params["value"]) <= MAX_PARAMETER:
+        raise InitError(f"value {_short(params['value'])} is beyond any float or integer dtype", "value")
     if kind == "uniform" and not params["low"] <= params["high"]:
         raise InitError(f"low must be <= high, got low {params['low']} and high {params['high']}", "low")
     if kind == "full" and not _fits(np.asarray(params["value"]), dtype):
