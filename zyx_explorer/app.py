@@ -234,8 +234,8 @@ class ExplorerApp(App):
         if self.tuning_cancelled:
             self.notify(f"tuning stopped: {len(c.tuning)} kernels timed, the others use predictions", title="Tuning")
         if c.problems:
-            self.notify("\n".join(c.problems), title=f"{len(c.problems)} problems worked around", severity="warning", markup=False,
-                        timeout=10)
+            self.notify("\n".join(c.problems), title=f"{len(c.problems)} problems worked around", severity="warning",
+                        timeout=10, markup=False)
 
     @on(CompileFailed)
     def _failed(self, message: CompileFailed) -> None:
