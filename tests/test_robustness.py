@@ -383,3 +383,15 @@ def test_a_program_bigger_than_the_memory_available_is_refused_before_running(tm
     assert main(["check", str(path)]) == 0  # validating needs no memory
     assert main(["check", "--semantic", str(path)]) == 2  # 2 x 32 GiB of inputs, 10 x 16 GiB of values
     assert "of memory are available" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["check"], ["extract"], []])
+def test_a_fifo_or_a_device_as_the_file_is_refused_not_read(tmp_path, capsys, command, monkeypatch):
+    import zyx_explorer.cli
+
+    monkeypatch.setattr(zyx_explorer.cli, "_need_terminal", lambda: None)  # never reached: the load fails first
+    fifo = tmp_path / "g.json"
+    os.mkfifo(fifo)
+    for path in (str(fifo), "/dev/zero"):
+        assert main([*command, path]) == 2
+        assert f"error: {path}: not " in capsys.readouterr().err
