@@ -48,6 +48,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 MEMORY_CAP = 4 << 30
 CASE_SECONDS = 60.0
+COMMAND_SECONDS = 300.0
+"""A whole command of a cache or output scenario (a fresh process, tuning included)."""
 SMALL = ["mlp.small", "attention.small", "conv_relu.small", "layernorm.small", "softmax.small", "swiglu_mlp.small"]
 FAILURES = ("traceback", "unlocated", "hang", "crash", "silent")
 
@@ -298,7 +300,7 @@ class Workers:
 
 # -- cache and output scenarios (fresh processes) -----------------------------------------------------
 
-def cli(argv: list[str], env: dict[str, str], timeout: float = 300, fsize: int | None = None) -> tuple[str, int | None, str]:
+def cli(argv: list[str], env: dict[str, str], timeout: float = COMMAND_SECONDS, fsize: int | None = None) -> tuple[str, int | None, str]:
     """Run ``python -m zyx_explorer argv``: (outcome, exit code, stderr)."""
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
@@ -387,7 +389,7 @@ def run_cache_scenario(target: str, fault: str, detail: Any, work: Path, base_en
     if target == "native":  # every object: those of variants the second run does not load are never read
         for victim in (cache / "native").glob("*.so"):
             if fault == "checksum-missing":
-                victim.with_suffix(".sha256").unlink()
+                victim.with_suffix(".sha256").unlink(missing_ok=True)
             else:
                 _corrupt(victim, fault)
     elif target == "tuning":
@@ -403,7 +405,7 @@ def run_cache_scenario(target: str, fault: str, detail: Any, work: Path, base_en
             victim.write_text(json.dumps(data))
         else:
             _corrupt(victim, fault)
-    results = [cli(argv, env, timeout=300) for _ in range(2)]
+    results = [cli(argv, env) for _ in range(2)]
     for outcome, _, err in results:
         if outcome != "ok":
             return {"outcome": outcome, "err": err[-600:]}
@@ -474,7 +476,13 @@ def run(cases: int, seed: int = 0, scenarios: str = "all", log: Any = None) -> d
     outcome counts by category."""
     wanted = (lambda name: True) if scenarios == "all" else (lambda name: scenarios == "quick" and name in QUICK)
     counts: dict[str, Counter] = {}
-    failures: list[dict] = []
+
+    def record(category: str, result: dict[str, Any], **about: str) -> None:
+        """Count ``result``; a failure is logged at once (a long run interrupted keeps what it found)."""
+        counts.setdefault(category, Counter())[result["outcome"]] += 1
+        if result["outcome"] in FAILURES and log is not None:
+            log.write(json.dumps({"category": category, **about, **result}, default=str) + "\n")
+            log.flush()
     with tempfile.TemporaryDirectory(prefix="zx-fuzz-") as tmp:
         work = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "ZYX_EXPLORE_CACHE": str(work / "cache0")}
@@ -485,10 +493,7 @@ def run(cases: int, seed: int = 0, scenarios: str = "all", log: Any = None) -> d
             for category in ("check", "extract", "compile"):
                 counts[category] = Counter()
                 for k in range(cases):
-                    result = workers.run(category, seed * 1_000_003 + k, folder, CASE_SECONDS)
-                    counts[category][result["outcome"]] += 1
-                    if result["outcome"] in FAILURES:
-                        failures.append({"category": category, **result})
+                    record(category, workers.run(category, seed * 1_000_003 + k, folder, CASE_SECONDS))
                     for p in folder.glob("case*.json"):
                         p.unlink()
                     for p in folder.glob("egraph*.json"):
@@ -502,10 +507,7 @@ def run(cases: int, seed: int = 0, scenarios: str = "all", log: Any = None) -> d
                     continue
                 scenario = work / f"cache{k}"
                 scenario.mkdir()
-                result = run_cache_scenario(target, fault, detail, scenario, env)
-                counts["cache"][result["outcome"]] += 1
-                if result["outcome"] in FAILURES:
-                    failures.append({"category": "cache", "scenario": f"{target} {fault}", **result})
+                record("cache", run_cache_scenario(target, fault, detail, scenario, env), scenario=f"{target} {fault}")
                 shutil.rmtree(scenario, ignore_errors=True)
             counts["output"] = Counter()
             outputs = [(name, lambda a=argv, f=fsize: run_output_scenario(a, f, env))
@@ -513,13 +515,7 @@ def run(cases: int, seed: int = 0, scenarios: str = "all", log: Any = None) -> d
             for name, scenario_run in [*outputs, ("stale temporary files", lambda: stale_temporaries(work, env))]:
                 if not wanted(name):
                     continue
-                result = scenario_run()
-                counts["output"][result["outcome"]] += 1
-                if result["outcome"] in FAILURES:
-                    failures.append({"category": "output", "scenario": name, **result})
-    if log is not None:
-        for f in failures:
-            log.write(json.dumps(f, default=str) + "\n")
+                record("output", scenario_run(), scenario=name)
     return counts
 
 
