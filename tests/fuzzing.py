@@ -11,7 +11,7 @@ Categories (each case is deterministic given its seed):
 - ``cache``: a corrupt native object, tuning cache or links.json (truncated, garbage, not UTF-8, a FIFO,
   a link to /dev/zero, out-of-range entries), each run twice in fresh processes: the first run must say
   so, the second must find the cache rebuilt;
-- ``output``: output locations that cannot be written (a file's subfolder, /proc, a device, a folder for
+- ``output``: output locations that cannot be written (a file's subfolder, /proc, a device node of our own, a FIFO, a folder for
   a file, a full disk through RLIMIT_FSIZE) and stale temporary files left by a killed writer.
 
 check, extract and compile cases run in worker processes (one import for many cases) under a memory cap
@@ -424,6 +424,8 @@ def output_scenarios(work: Path) -> list[tuple[str, list[str], int | None]]:
     blocker = work / "a-file"
     blocker.write_text("x")
     full = work / "full"
+    fifo = work / "fifo"
+    os.mkfifo(fifo)
     compile_args = ["--no-tune", "--no-opencl", "--no-native"]
     return [
         ("export into a file's subfolder", ["export", graph, "-o", str(blocker / "sub"), *compile_args], None),
@@ -431,19 +433,30 @@ def output_scenarios(work: Path) -> list[tuple[str, list[str], int | None]]:
         ("export under /proc", ["export", graph, "-o", "/proc/zx-fuzz/out", *compile_args], None),
         ("export to a full disk", ["export", graph, "-o", str(full), "--format", "dot", *compile_args], 2048),
         ("serialize onto a folder", ["serialize", graph, "-o", str(work), "--force", *compile_args], None),
-        ("serialize onto /dev/full", ["serialize", graph, "-o", "/dev/full", "--force", *compile_args], None),
-        ("serialize onto /dev/null", ["serialize", graph, "-o", "/dev/null", "--force", *compile_args], None),
+        ("serialize onto a device", ["serialize", graph, "-o", str(device_node(work)), "--force", *compile_args], None),
+        ("serialize onto a FIFO", ["serialize", graph, "-o", str(fifo), "--force", *compile_args], None),
         ("serialize into a file's subfolder", ["serialize", graph, "-o", str(blocker / "x.json"), *compile_args], None),
         ("serialize to a full disk", ["serialize", graph, "-o", str(work / "s.json"), *compile_args], 1024),
     ]
 
 
+def device_node(work: Path) -> Path:
+    """A character device of our own (``/dev/full``'s numbers) when we may make one, else a FIFO: the machine's
+    own devices are never the target, so a build that replaces its output node damages nothing outside ``work``."""
+    path = work / "device"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 7))
+    except OSError:  # not root
+        os.mkfifo(path)
+    return path
+
+
 def run_output_scenario(argv: list[str], fsize: int | None, env: dict[str, str]) -> dict[str, Any]:
-    devices = {p: os.stat(p).st_mode for p in ("/dev/full", "/dev/null")}
+    nodes = [Path(a) for a in argv if Path(a).name in ("device", "fifo")]
     outcome, _, err = cli(argv, env, fsize=fsize)
-    changed = [p for p, mode in devices.items() if not stat.S_ISCHR(os.stat(p).st_mode) or os.stat(p).st_mode != mode]
+    changed = [str(p) for p in nodes if stat.S_ISREG(os.lstat(p).st_mode)]
     if changed:
-        return {"outcome": "crash", "err": f"replaced {changed}"}
+        return {"outcome": "crash", "err": f"replaced {changed} by a regular file"}
     if outcome == "ok":
         return {"outcome": "unlocated", "err": "exit 0 for an output that cannot be written"}
     return {"outcome": outcome, "err": err[-400:]}
@@ -466,7 +479,7 @@ def stale_temporaries(work: Path, env: dict[str, str]) -> dict[str, Any]:
 
 # -- the driver ---------------------------------------------------------------------------------------
 
-QUICK = {"native truncated", "tuning unroll-10^7", "export into a file's subfolder", "serialize onto /dev/full",
+QUICK = {"native truncated", "tuning unroll-10^7", "export into a file's subfolder", "serialize onto a device",
          "serialize to a full disk"}
 """The scenarios CI runs (each is a few fresh processes)."""
 

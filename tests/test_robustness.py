@@ -22,6 +22,7 @@ from engine.program.loader import SizeLimits
 from engine.tuning import TuneCache, tune
 from engine.tuning.cache import CacheWarning
 from engine.tuning.links import LinkCache
+from tests.fuzzing import device_node
 from tests.test_autotune import matmul
 from zyx_explorer.cli import main, output_problem
 
@@ -318,16 +319,19 @@ def test_outputs_are_checked_before_compiling(tmp_path):
     assert "is not a folder" in output_problem(blocker / "sub", folder=True, force=False)
     assert "exists and is not a folder" in output_problem(blocker, folder=True, force=True)
     assert "is a folder" in output_problem(tmp_path, folder=False, force=True)
-    assert "not a regular file" in output_problem(Path("/dev/full"), folder=False, force=True)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert "not a regular file" in output_problem(fifo, folder=False, force=True)
     assert "cannot write into /proc" in output_problem(Path("/proc/zx/out"), folder=True, force=False)
     assert output_problem(tmp_path / "new" / "out", folder=True, force=False) is None
     assert output_problem(blocker, folder=False, force=True) is None
 
 
 def test_write_atomic_replaces_only_regular_files(tmp_path):
+    node = device_node(tmp_path)  # never the machine's own /dev/full: a regression would replace it
     with pytest.raises(OSError, match="not a regular file"):
-        write_atomic(Path("/dev/full"), "x")
-    assert Path("/dev/full").is_char_device()
+        write_atomic(node, "x")
+    assert not node.is_file()
 
 
 def test_write_atomic_removes_what_killed_writers_left(tmp_path):
@@ -344,8 +348,10 @@ def test_write_atomic_removes_what_killed_writers_left(tmp_path):
 def test_serialize_onto_a_device_is_refused_before_compiling(tmp_path, capsys):
     graph = str(sample_graphs.path("mlp.small"))
     began = time.perf_counter()
-    assert main(["serialize", graph, "-o", "/dev/full", "--force"]) == 2
-    assert "/dev/full: is not a regular file" in capsys.readouterr().err and time.perf_counter() - began < 2
+    node = device_node(tmp_path)
+    assert main(["serialize", graph, "-o", str(node), "--force"]) == 2
+    assert f"{node}: is not a regular file" in capsys.readouterr().err and time.perf_counter() - began < 2
+    assert not node.is_file()
 
 
 def test_a_full_disk_is_one_located_line(tmp_path, capsys):
