@@ -401,3 +401,24 @@ def test_a_fifo_or_a_device_as_the_file_is_refused_not_read(tmp_path, capsys, co
     for path in (str(fifo), "/dev/zero"):
         assert main([*command, path]) == 2
         assert f"error: {path}: not " in capsys.readouterr().err
+
+
+def test_export_exits_3_when_the_plan_computes_wrong_values(tmp_path, capsys, monkeypatch):
+    import zyx_explorer.cli
+    from engine.devices import NumpyDevice
+
+    class OffByOne(NumpyDevice):
+        """Every kernel's outputs come out one too big: the plan disagrees with the reference."""
+
+        def launch(self, compiled, inputs, outputs):
+            seconds = super().launch(compiled, inputs, outputs)
+            for out in outputs:
+                out += 1
+            return seconds
+
+    monkeypatch.setattr(zyx_explorer.cli, "_devices", lambda args, err: [OffByOne()])
+    out = tmp_path / "out"
+    assert main(["export", str(sample_graphs.path("mlp.small")), "-o", str(out), "--no-tune", "--format", "dot"]) == 3
+    err = capsys.readouterr().err
+    assert "verification failed" in err and "differ from the reference" in err
+    assert "FAILED" in (out / "report.md").read_text()  # the files are written all the same
