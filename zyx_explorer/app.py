@@ -206,13 +206,14 @@ class ExplorerApp(App):
                 try:
                     devices = discover(notes=notes)
                     for note in notes:  # e.g. no C compiler: no native device
-                        self.call_from_thread(self.notify, note, title="Devices", severity="warning")
+                        self.call_from_thread(self.notify, note, title="Devices", severity="warning", markup=False)
                 except Exception as e:  # no OpenCL runtime: numpy and BLAS only
-                    self.call_from_thread(self.notify, f"OpenCL unavailable: {e}", title="Devices", severity="warning")
+                    self.call_from_thread(self.notify, f"OpenCL unavailable: {e}", title="Devices", severity="warning",
+                                          markup=False)
                     devices = discover(opencl=False)
             began = self.clock()
             stages = compile_stages(self.program, devices, self.options, progress=self._tune_progress,
-                                    cancel=lambda: self.tuning_cancelled)
+                                    cancel=lambda: self.tuning_cancelled or worker.is_cancelled)  # quitting stops it
             for c in stages:
                 self.session.record(c, self.clock() - began)
                 self.post_message(StageDone(c.stage))
@@ -262,13 +263,13 @@ class ExplorerApp(App):
             self.notify(f"tuning stopped: {model.plural(len(c.tuning), 'kernel')} timed, the others use predictions", title="Tuning")
         if c.problems:
             self.notify("\n".join(c.problems), title=f"{model.plural(len(c.problems), 'problem')} worked around", severity="warning",
-                        timeout=10)
+                        timeout=10, markup=False)
 
     @on(CompileFailed)
     def _failed(self, message: CompileFailed) -> None:
         self.running = False
         self.session.failed = message.error
-        self.notify(message.error, title="Compilation failed", severity="error", timeout=10)
+        self.notify(message.error, title="Compilation failed", severity="error", timeout=10, markup=False)
         self._refresh()
 
     @property
@@ -685,7 +686,7 @@ class ExplorerApp(App):
         try:
             before, after = change()
         except (model.PinError, Exception) as e:  # an impossible pin is refused, never a crash
-            self.notify(str(e), title="Pin", severity="error")
+            self.notify(str(e), title="Pin", severity="error", markup=False)
             return
         delta = after - before
         sign = "+" if delta >= 0 else "-"
@@ -715,12 +716,14 @@ class ExplorerApp(App):
             stem = outputs.free_stem(folder, stage, (".dot", ".svg"))
             paths = export_stage(c, stage, folder, "svg", result=result, stem=stem)
         except Exception as e:  # rendering problems are shown, never raised
-            self.call_from_thread(self.notify, f"{type(e).__name__}: {e}", title="Export failed", severity="error")
+            self.call_from_thread(self.notify, f"{type(e).__name__}: {e}", title="Export failed", severity="error",
+                                  markup=False)
             return
         notes = result.notes + ([f"{stage}.svg exists: kept, this export is {stem}"] if stem != stage else [])
         message = (f"wrote {', '.join(p.name for p in paths)} in {folder}" if paths else "nothing written") + (
             f" ({'; '.join(notes)})" if notes else "")
-        self.call_from_thread(self.notify, message, title="Export", severity="information" if paths else "warning")
+        self.call_from_thread(self.notify, message, title="Export", severity="information" if paths else "warning",
+                              markup=False)
 
     @property
     def tuning_now(self) -> bool:
@@ -757,6 +760,6 @@ class ExplorerApp(App):
             target = folder / f"{outputs.free_stem(folder, f'screenshot-{self._active_tab()}-{self.viewed}', ('.svg',))}.svg"
             write_atomic(target, self.export_screenshot())
         except OSError as e:
-            self.notify(f"cannot write in {folder}: {e}", title="Screenshot", severity="error")
+            self.notify(f"cannot write in {folder}: {e}", title="Screenshot", severity="error", markup=False)
             return
-        self.notify(f"saved {target}", title="Screenshot")
+        self.notify(f"saved {target}", title="Screenshot", markup=False)

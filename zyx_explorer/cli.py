@@ -10,21 +10,26 @@ An ONNX model (``.onnx``) is imported first (``--dim NAME=VALUE`` sets symbolic 
 checks that every form of every class computes the same values on random inputs.
 
 Exit codes: 0 success, 1 the semantic check found forms that disagree (a rule is
-unsound), 2 bad input (a located, one-paragraph message; never a traceback),
-130 interrupted.
+unsound), 2 bad input or an output that cannot be written (a located, one-paragraph
+message; never a traceback), 3 ``export`` wrote its files but the plan's outputs
+differ from the reference interpreter, 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
+import tempfile
 import time
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import sample_graphs
@@ -44,10 +49,12 @@ from engine.egraph import (
     special_inputs,
 )
 from engine.extract import EXTRACTORS
+from engine.program.loader import SizeLimits
 from zyx_explorer import __version__
 
 EXIT_DISAGREEMENT = 1
 EXIT_BAD_INPUT = 2
+EXIT_VERIFY_FAILED = 3
 EXIT_INTERRUPTED = 130
 
 SEMANTIC_MAX_ELEMENTS = 1 << 22
@@ -97,6 +104,7 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices (numpy, BLAS and native only)")
     group.add_argument("--no-native", action="store_true", help="no native C device (it needs a C compiler)")
     _dim_argument(group)
+    _npy_argument(group)
 
 
 def _dim(text: str) -> tuple[str, int]:
@@ -111,15 +119,27 @@ def _dim_argument(parser) -> None:
                         help="the size of a symbolic dimension of an ONNX model (repeatable)")
 
 
-def load_program(path: Path, dims: Sequence[tuple[str, int]] = ()) -> Program:
-    """A graph.json file, or an ONNX model (by its .onnx suffix) imported with the given symbolic dimensions."""
+def _npy_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument("--npy-anywhere", action="store_true",
+                        help="let .npy paths lead outside the graph's folder (off: a shared file cannot read others)")
+
+
+def load_program(path: Path, args: argparse.Namespace, runs: bool = True) -> Program:
+    """A graph.json file, or an ONNX model (by its .onnx suffix) imported with ``args.dim``; when it ``runs``
+    here, also checked to fit in the memory available."""
+    from engine.program.memory import check_memory
+
     if path.suffix.lower() == ".onnx":
         from engine import load_onnx
 
-        return load_onnx(path, dict(dims))
-    if dims:
+        program = load_onnx(path, dict(args.dim))
+    elif args.dim:
         raise GraphError("--dim is for ONNX models (.onnx files) only", source=str(path))
-    return load(path)
+    else:
+        program = load(path, SizeLimits(npy_anywhere=args.npy_anywhere))
+    if runs:
+        check_memory(program, str(path))
+    return program
 
 
 def _devices(args: argparse.Namespace, err: Console) -> list:
@@ -179,6 +199,7 @@ def _check_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("file", type=Path, help="the graph.json file (or an ONNX model)")
     _dim_argument(parser)
+    _npy_argument(parser)
     semantic = parser.add_argument_group("semantic check (these options need --semantic)")
     semantic.add_argument("--semantic", action="store_true", help="saturate the e-graph and check it numerically")
     semantic.add_argument("--fast-math", action="store_true",
@@ -213,16 +234,16 @@ def default_file() -> Path:
 def summary(program: Program, source: Path) -> list[Table | str]:
     """The renderables ``check`` prints: inputs, outputs, op counts and totals."""
     title = program.name or source.name
-    head = f"[bold]{title}[/bold]" + (f": {program.description}" if program.description else "")
+    head = f"[bold]{escape(title)}[/bold]" + (f": {escape(program.description)}" if program.description else "")
     inputs = Table("input", "shape", "dtype", "init", title="Inputs", title_justify="left")
     for i in program.inputs:
         params = ", ".join(f"{k}={v}" for k, v in i.init.params.items() if k != "values")
-        inputs.add_row(i.name, units.shape(i.shape), str(i.dtype), f"{i.init.kind}({params})")
+        inputs.add_row(escape(i.name), units.shape(i.shape), str(i.dtype), escape(f"{i.init.kind}({params})"))
     types = program.types()
     outputs = Table("output", "shape", "dtype", title="Outputs", title_justify="left")
     for name in program.outputs:
         shape, dtype = types[name]
-        outputs.add_row(name, units.shape(shape), str(dtype))
+        outputs.add_row(escape(name), units.shape(shape), str(dtype))
     ops = Table("op", "count", title="Ops", title_justify="left")
     for op, count in sorted(Counter(n.op for n in program.nodes).items(), key=lambda kv: (-kv[1], kv[0])):
         ops.add_row(op, str(count))
@@ -272,11 +293,11 @@ def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
 
     if args.file.suffix.lower() != ".onnx" and detect(args.file) == "egraph-serialize":
         return _check_foreign(args, console)
-    program = load_program(args.file, args.dim)
+    program = load_program(args.file, args, runs=args.semantic)
     for item in summary(program, args.file):
         console.print(item)
     kind = "ONNX model (imported)" if args.file.suffix.lower() == ".onnx" else "graph.json"
-    console.print(f"[green]ok[/green]: {args.file} is a valid {kind}")
+    console.print(f"[green]ok[/green]: {escape(str(args.file))} is a valid {kind}")
     return _semantic(program, args, console, err) if args.semantic else 0
 
 
@@ -375,8 +396,8 @@ def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_mat
                   title_justify="left")
     for d in bad[:SHOWN_DISAGREEMENTS]:
         cls = egraph.eclass(d.class_id)
-        table.add_row(f"c{d.class_id} {units.shape(cls.shape)} {cls.dtype}", f"n{d.node} {egraph.describe(d.node)}",
-                      f"n{d.reference} {egraph.describe(d.reference)}", f"{d.max_error:.3g}",
+        table.add_row(f"c{d.class_id} {units.shape(cls.shape)} {cls.dtype}", escape(f"n{d.node} {egraph.describe(d.node)}"),
+                      escape(f"n{d.reference} {egraph.describe(d.reference)}"), f"{d.max_error:.3g}",
                       ", ".join(_reasons(egraph, d.reference, d.node)))
     items += [table, f"[bold red]disagreement[/bold red]: {len(bad)} of {report.forms} forms disagree with their "
                      f"class: a rule is unsound"]
@@ -430,29 +451,30 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     from engine.pipeline import compile_program
 
     out: Path = args.output
-    if out.exists() and not out.is_dir():
-        err.print(f"[bold red]error[/bold red]: {out} exists and is not a folder")
-        return EXIT_BAD_INPUT
-    if out.is_dir() and any(out.iterdir()) and not args.force:
-        err.print(f"[bold red]error[/bold red]: {out} is not empty; use --force to write into it")
-        return EXIT_BAD_INPUT
-    program = load_program(args.file, args.dim)
+    problem = output_problem(out, folder=True, force=args.force)
+    if problem:
+        return _error(err, problem)
+    program = load_program(args.file, args)
     with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
         compilation = compile_program(program, _devices(args, err), _options(args))
     assert compilation.egraph is not None
     if args.neighbourhood is not None and args.neighbourhood >= compilation.egraph.num_added:
-        err.print(f"[bold red]error[/bold red]: --neighbourhood c{args.neighbourhood}: no such class "
-                  f"(ids go up to c{compilation.egraph.num_added - 1})")
-        return EXIT_BAD_INPUT
+        return _error(err, f"--neighbourhood c{args.neighbourhood}: no such class "
+                           f"(ids go up to c{compilation.egraph.num_added - 1})")
     options = ExportOptions(neighbourhood=args.neighbourhood, depth=2 if args.depth is None else args.depth,
                             plan_only=args.plan_only, collapse=args.collapse)
     stages = None if args.stage == "all" else [args.stage]
     with err.status("rendering"):
         result = export_all(compilation, stages, out, args.format, options, source=str(args.file))
     for note in dict.fromkeys(result.notes):
-        err.print(f"[yellow]note[/yellow]: {note}")
-    console.print(f"[green]wrote[/green] {units.plural(len(result.paths), 'file')} to {out}: "
-                  + ", ".join(p.name for p in result.paths))
+        err.print(f"[yellow]note[/yellow]: {escape(note)}")
+    console.print(f"[green]wrote[/green] {units.plural(len(result.paths), 'file')} to {escape(str(out))}: "
+                  + escape(", ".join(p.name for p in result.paths)))
+    if compilation.verification is not None and not compilation.verification.ok:
+        wrong = ", ".join(o.name for o in compilation.verification.outputs if not o.ok)
+        err.print(f"[bold red]verification failed[/bold red]: {escape(str(args.file))}: the plan's outputs "
+                  f"{escape(wrong)} differ from the reference interpreter (see report.md)")
+        return EXIT_VERIFY_FAILED
     return 0
 
 
@@ -498,10 +520,10 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     from engine.interop import egraph_document, problem_document
     from engine.pipeline import compile_stages
 
-    if args.output.exists() and not args.force:
-        err.print(f"[bold red]error[/bold red]: {args.output} exists; use --force to replace it")
-        return EXIT_BAD_INPUT
-    program = load_program(args.file, args.dim)
+    problem = output_problem(args.output, folder=False, force=args.force)
+    if problem:
+        return _error(err, problem)
+    program = load_program(args.file, args)
     options = _options(args)
     with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
         for c in compile_stages(program, _devices(args, err), options):
@@ -514,7 +536,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     else:
         doc = problem_document(c.egraph, c.device_pools, c.kernel_times.__getitem__, c.transfer_time())
     write_atomic(args.output, json.dumps(doc, indent=1, allow_nan=False))
-    console.print(f"[green]wrote[/green] {args.output}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
+    console.print(f"[green]wrote[/green] {escape(str(args.output))}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
     return 0
 
 
@@ -542,20 +564,25 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
                                              "tree_cost": None if r.error else r.tree_cost,
                                             "seconds": r.seconds, "status": r.status, "note": r.note,
                                             "error": r.error, "chosen": dict(r.chosen)} for r in results]}))
-        return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
+        return _extract_errors(args.file, results, err)
     roots = ", ".join(fg.root_name(r) for r in fg.roots)
-    console.print(f"[bold]{args.file}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
-                  f"roots ({fg.roots_from}): {roots or 'none'}")
+    console.print(f"[bold]{escape(str(args.file))}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
+                  f"roots ({fg.roots_from}): {escape(roots) or 'none'}")
     table = Table("extractor", "DAG cost", "tree cost", "seconds", "status", "note", title_justify="left",
                   caption="DAG cost counts each chosen class once; tree cost once per use (a root listed twice: once)",
                   caption_justify="left")
     for r in results:
         table.add_row(r.method, f"{r.dag_cost:.6g}", f"{r.tree_cost:.6g}", f"{r.seconds:.4f}", r.status,
-                      r.error or r.note)
+                      escape(r.error or r.note))
     console.print(table)
+    return _extract_errors(args.file, results, err)
+
+
+def _extract_errors(path: Path, results: list, err: Console) -> int:
+    """Each extractor's error as a located line on stderr (also beside ``--json``); the exit code."""
     for r in results:
         if r.error:
-            err.print(f"[bold red]error[/bold red]: {args.file}: {r.method}: {r.error}")
+            _error(err, f"{path}: {r.method}: {r.error}")
     return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
 
 
@@ -579,18 +606,22 @@ def _import(args: argparse.Namespace, console: Console, err: Console) -> int:
     from engine.fileio import write_atomic
 
     out: Path = args.output
-    if out.exists() and not args.force:
-        err.print(f"[bold red]error[/bold red]: {out} exists; use --force to replace it")
-        return EXIT_BAD_INPUT
-    if out.is_dir():
-        err.print(f"[bold red]error[/bold red]: {out} is a folder; give the graph.json file to write")
-        return EXIT_BAD_INPUT
+    problem = output_problem(out, folder=False, force=args.force)
+    if problem:
+        return _error(err, problem)
     program = load_onnx(args.file, dict(args.dim), weights_dir=out.parent, weights_prefix=out.stem)
     write_atomic(out, program.dumps())
     files = sum(1 for i in program.inputs if i.init.kind == "npy")
-    console.print(f"[green]wrote[/green] {out}: {len(program.nodes)} nodes, {len(program.inputs)} inputs "
+    console.print(f"[green]wrote[/green] {escape(str(out))}: {len(program.nodes)} nodes, {len(program.inputs)} inputs "
                   f"({files} .npy files beside it)")
     return 0
+
+
+def _need_terminal() -> None:
+    """The explorer reads keys from a terminal: without one it would wait forever, so say so (exit 2)."""
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise GraphError("the explorer needs a terminal (stdin and stdout are not both one); "
+                         "use zyx-explore check, export or extract in scripts")
 
 
 def _explore(args: argparse.Namespace) -> int:
@@ -599,11 +630,13 @@ def _explore(args: argparse.Namespace) -> int:
 
     if detect(path) == "egraph-serialize":
         foreign = _load_foreign(path)
+        _need_terminal()
         from zyx_explorer.foreign import ForeignApp
 
         ForeignApp(foreign, path).run()
         return 0
-    program = load_program(path, args.dim)  # load before the UI starts: a bad file exits 2 with its message
+    program = load_program(path, args)  # load before the UI starts: a bad file exits 2 with its message
+    _need_terminal()
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
     restricted = args.no_opencl or args.no_native
@@ -612,9 +645,59 @@ def _explore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _error(err: Console, message: str) -> int:
+    """Print one error paragraph (user text is never read as markup); the bad-input exit code."""
+    err.print(f"[bold red]error[/bold red]: {escape(message)}")
+    return EXIT_BAD_INPUT
+
+
+def _subject(argv: list[str], *options: str) -> str:
+    """What a failure that has no place of its own is about: the value of the first of ``options`` in ``argv``,
+    else the file argument."""
+    for option in options:
+        if option in argv[:-1]:
+            return argv[argv.index(option) + 1]
+    files = [a for a in argv if not a.startswith("-") and a not in ("check", "export", "serialize", "extract")]
+    return files[0] if files else "zyx-explore"
+
+
+def output_problem(path: Path, folder: bool, force: bool) -> str | None:
+    """Why ``path`` cannot take the output (a folder, or a regular file), checked before any compiling; None if it can."""
+    if path.exists():
+        if folder and not path.is_dir():
+            return f"{path}: exists and is not a folder"
+        if not folder and path.is_dir():
+            return f"{path}: is a folder; give a file name"
+        if not folder and not path.is_file():
+            return f"{path}: is not a regular file (a device, a pipe?); give a file name"
+        if not force and (not folder or any(path.iterdir())):
+            return f"{path}: {'is not empty' if folder else 'exists'}; use --force to {'write into' if folder else 'replace'} it"
+    folder_path = path if folder else path.parent
+    existing = next((p for p in (folder_path, *folder_path.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        return f"{path}: {existing} is not a folder"
+    try:  # a real write tells what permissions cannot (root, read-only mounts, /proc)
+        fd, probe = tempfile.mkstemp(prefix=".zyx-explore-probe-", dir=existing)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"{path}: cannot write into {existing} ({e.strerror or e})"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not valid UTF-8 is printed escaped, not raised
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    with warnings.catch_warnings():  # warnings (a corrupt cache being rebuilt) as one line each
+        warnings.showwarning = lambda message, *_: err.print(f"warning: {message}", markup=False)
+        return _run(argv, err)
+
+
+def _run(argv: list[str], err: Console) -> int:
+    """The command of ``argv``; every failure a user can cause becomes a message and an exit code."""
     try:
         if argv[:1] == ["check"]:
             return _check(_parse_check(argv[1:]), Console(highlight=False), err)
@@ -622,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from zyx_explorer import compile_cmd
 
             args = compile_cmd.parser(_compile_arguments).parse_args(argv[1:])
-            program = load_program(args.file, args.dim)
+            program = load_program(args.file, args)
             return compile_cmd.run(program, args, _devices(args, err), _options(args), Console(highlight=False), err)
         if argv[:1] == ["export"]:
             return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
@@ -634,8 +717,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _extract(_extract_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         return _explore(_main_parser().parse_args(argv))
     except GraphError as e:
-        err.print(f"[bold red]error[/bold red]: {e}", markup=True)
-        return EXIT_BAD_INPUT
+        return _error(err, str(e))
+    except MemoryError:
+        return _error(err, f"{_subject(argv)}: out of memory: the program needs more memory than "
+                           "this machine has free")
+    except OSError as e:  # an output that became unwritable while compiling (a full disk, a folder removed)
+        return _error(err, f"{e.filename or _subject(argv, '-o', '--output')}: cannot be written ({e.strerror or e})")
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import BinaryIO, ClassVar
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -200,8 +201,8 @@ class ForeignApp(App):
         forms.set_rows(rows)
         title = f"forms of {fg.root_name(str(cls))}" + (f": {fg.type_of(str(cls))}" if fg.type_of(str(cls)) else "")
         subsumed = sum(fg.nodes[n].subsumed for n in fg.classes[str(cls)])
-        self.query_one("#foreign-forms-title", Static).update(
-            title + (f" ({subsumed} subsumed, never extracted)" if subsumed else "") + "; enter: go to a child class")
+        self.query_one("#foreign-forms-title", Static).update(Text(
+            title + (f" ({subsumed} subsumed, never extracted)" if subsumed else "") + "; enter: go to a child class"))
 
     @on(LineTable.Highlighted, "#foreign-classes")
     def _class_highlighted(self) -> None:

@@ -71,7 +71,15 @@ class Variant:
         values = {k: data[k] for k in fields if k in data}
         if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values.values()):
             raise ValueError(f"variant fields must be integers: {data}")
+        low = {"local_size": 1, "upcast": 1, "tile": 1, "unroll": 1, "group": 0, "smem": 0}
+        bad = [k for k, v in values.items() if v is not None and not low[k] <= v <= MAX_VARIANT_FIELD]
+        if bad:
+            raise ValueError(f"variant fields out of range ({', '.join(bad)}): {data}")
         return Variant(**values)
+
+
+MAX_VARIANT_FIELD = 4096
+"""No tuning parameter is larger (a cache entry beyond it is corrupt, not a variant to build)."""
 
 
 DEFAULT_VARIANT = Variant()

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
 from engine.devices.numpy_device import HostMemory
-from engine.fileio import write_atomic
+from engine.fileio import read_bounded, set_aside, write_atomic
 from engine.kernel.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.cost import work
 from engine.kernel.ir import Kernel
@@ -44,6 +45,13 @@ CACHE_LINE = 64
 ENV = "ZYX_EXPLORE_CC"
 """Environment variable naming the C compiler (a command on PATH or a path)."""
 CANDIDATES = ("cc", "gcc", "clang")
+BUILD_SECONDS = 300.0
+"""A kernel build may take this long (a big joint build of many variants)."""
+PROBE_SECONDS = 20.0
+"""The compiler's probe (``--version`` and test builds) may take this long in all, so a hanging
+``$ZYX_EXPLORE_CC`` costs seconds, not the build limit per flag set."""
+MAX_OBJECT_BYTES = 256 << 20
+"""A cached shared object beyond this is corrupt."""
 BASE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fwrapv", "-fPIC", "-shared", "-w")
 """Optimised for this CPU; no ``-ffast-math`` (NaN, infinities and rounding as the reference has them);
 ``-fwrapv``: integer overflow wraps as in numpy, so the optimiser may not assume it away."""
@@ -105,30 +113,64 @@ def cache_dir() -> Path:
     return default_dir().parent / "native"
 
 
-def build(compiler: Compiler, text: str, directory: Path) -> tuple[Path, bool]:
-    """The shared object of C source ``text`` and whether the compiler ran (else it came from the cache)."""
+def build(compiler: Compiler, text: str, directory: Path, timeout: float = BUILD_SECONDS) -> tuple[Path, bool]:
+    """The shared object of C source ``text`` and whether the compiler ran (else it came from the cache).
+
+    A cached object is loaded only if its bytes match the checksum written beside it: a truncated or
+    overwritten ``.so`` would crash the process (SIGBUS, SIGILL) when loaded, so it is rebuilt instead.
+    """
     digest = hashlib.sha256(f"{compiler.key}\n{compiler.path}\n{text}".encode()).hexdigest()[:32]
     path = directory / f"{digest}.so"
-    if path.exists():
+    checksum = path.with_suffix(".sha256")
+    if _intact(path, checksum):
         return path, False
     with tempfile.TemporaryDirectory(prefix="zx-native-") as tmp:
         src, out = Path(tmp) / "k.c", Path(tmp) / "k.so"
         src.write_text(text)
         cmd = [compiler.path, *BASE_FLAGS, *compiler.flags, "-o", str(out), str(src), *compiler.libs]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        except (OSError, subprocess.TimeoutExpired) as e:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired as e:
+            raise NativeBuildError(f"{compiler.path} did not finish within {timeout:g} s", text) from e
+        except OSError as e:
             raise NativeBuildError(f"{compiler.path} could not run: {e}", text) from e
         if done.returncode != 0 or not out.exists():
             log = (done.stderr or done.stdout).strip()
             raise NativeBuildError(f"C build failed ({compiler.path}, exit {done.returncode}):\n{log}", text, log)
-        write_atomic(path, out.read_bytes())
+        data = out.read_bytes()
+        write_atomic(path, data)
+        write_atomic(checksum, hashlib.sha256(data).hexdigest())
     return path, True
+
+
+def _intact(path: Path, checksum: Path) -> bool:
+    """Whether the cached ``path`` exists and its SHA-256 is the one in ``checksum``; a corrupt one is reported."""
+    try:
+        data = read_bounded(path, MAX_OBJECT_BYTES)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        return _corrupt(path, str(e))
+    try:
+        expected = read_bounded(checksum, 256).decode("ascii").strip()
+    except (OSError, ValueError):
+        return _corrupt(path, "no valid checksum beside it")
+    if hashlib.sha256(data).hexdigest() != expected:
+        return _corrupt(path, "its bytes do not match its checksum")
+    return True
+
+
+def _corrupt(path: Path, why: str) -> bool:
+    from engine.tuning.cache import CacheWarning  # engine.tuning imports engine.devices: imported when used
+
+    set_aside(path)
+    warnings.warn(CacheWarning(f"native cache {path} is corrupt ({why}); rebuilding it"), stacklevel=4)
+    return False
 
 
 def _version(path: str) -> str | None:
     try:
-        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=PROBE_SECONDS / 2)
     except (OSError, subprocess.TimeoutExpired):
         return None
     lines = done.stdout.strip().splitlines()
@@ -156,12 +198,17 @@ def _probe(path: str, directory: Path) -> Compiler | str:
     if version is None:
         return f"the C compiler {path} does not work ({path} --version failed)"
     last = ""
+    deadline = time.monotonic() + PROBE_SECONDS
     for flags, libs, threads, simd in CONFIGS:
         compiler = Compiler(path, version, flags, libs, threads, simd)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"the C compiler {path} did not build a test kernel within {PROBE_SECONDS:g} s ({last})"
         try:
-            if _runs(build(compiler, _PROBE, directory)[0], half=False):
+            if _runs(build(compiler, _PROBE, directory, left)[0], half=False):
                 try:
-                    half = _runs(build(compiler, _HALF_PROBE, directory)[0], half=True)
+                    half = _runs(build(compiler, _HALF_PROBE, directory, max(deadline - time.monotonic(), 1))[0],
+                                 half=True)
                 except NativeBuildError:
                     half = False
                 return Compiler(path, version, flags, libs, threads, simd, half)
@@ -177,7 +224,14 @@ def find_compiler(directory: Path | None = None) -> Compiler | str:
     found = [p for p in (shutil.which(n) for n in names) if p]
     if not found:
         return f"${ENV}={wanted} is not a command" if wanted else "no C compiler (cc, gcc or clang) on PATH"
-    return _probe(found[0], directory or cache_dir())
+    directory = directory or cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise PermissionError(13, "permission denied")
+    except OSError as e:
+        return f"its cache folder {directory} cannot be written ({e.strerror or e}); set $ZYX_EXPLORE_CACHE"
+    return _probe(found[0], directory)
 
 
 def default_threads() -> int:

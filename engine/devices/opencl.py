@@ -345,7 +345,11 @@ NO_RUNTIME = ("install an OpenCL runtime, e.g. `sudo apt-get install pocl-opencl
 
 def discover(notes: list[str] | None = None) -> list[OpenCLDevice]:
     """Every OpenCL device of every platform; an empty list (never an error) when there is none, and then one line
-    in ``notes`` that says why and what to install."""
+    in ``notes`` that says why and what to install.
+
+    A platform that fails other than by having no device, or a device without a context (PoCL with an
+    unwritable cache folder), is left out with a line in ``notes`` saying why.
+    """
     found: list = []
     if cl is None:
         why = "pyopencl cannot be imported (`pip install pyopencl`)"
@@ -356,9 +360,14 @@ def discover(notes: list[str] | None = None) -> list[OpenCLDevice]:
             platforms = []
         for platform in platforms:
             try:
-                found.extend((platform, d) for d in platform.get_devices())
-            except Exception:  # a platform without devices raises DEVICE_NOT_FOUND
-                continue
+                listed = platform.get_devices()
+                found.extend((platform, d) for d in listed)
+                if not listed and notes is not None:
+                    notes.append(f"OpenCL platform {platform.name} offers no device (PoCL does so when its cache "
+                                 "folder, $POCL_CACHE_DIR or ~/.cache/pocl, cannot be written)")
+            except Exception as e:  # a platform without devices raises DEVICE_NOT_FOUND
+                if notes is not None and _code(e) != cl.status_code.DEVICE_NOT_FOUND:
+                    notes.append(f"OpenCL platform {platform.name} left out: {_first_line(e)}")
         why = "no OpenCL platform found" if not platforms else "no OpenCL device found" if not found else ""
         why += f": {NO_RUNTIME}" if why else ""
     if why and notes is not None:
@@ -368,6 +377,11 @@ def discover(notes: list[str] | None = None) -> list[OpenCLDevice]:
     for (_, d), name in zip(found, names):
         try:
             devices.append(OpenCLDevice(d, name))
-        except Exception:  # a device that cannot give a context is left out
-            continue
+        except Exception as e:  # a device that cannot give a context is left out
+            if notes is not None:
+                notes.append(f"OpenCL device {name} left out: {_first_line(e)} (is its cache folder writable?)")
     return devices
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -118,16 +118,26 @@ def _heading(c: Compilation, source: str) -> tuple[str, str]:
     return title, (f"{about}. " if about else "") + f"Devices: {devices}. Last stage: {c.stage}."
 
 
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|~&])")
+
+
+def _md(text: str) -> str:
+    """``text`` as literal Markdown on one line: no tag, link, entity, code or emphasis can come from a name,
+    nor a heading or list from its start (``_`` is left: CommonMark reads it inside words, as in kernel names)."""
+    line = _MD_SPECIAL.sub(r"\\\1", " ".join(text.split()))
+    return "\\" + line if line[:1] in ("#", "+", "-", "=") else line
+
+
 def markdown(c: Compilation, files: Mapping[str, Sequence[str]], notes: Sequence[str], source: str = "") -> str:
     title, sub = _heading(c, source)
-    out = [f"# {title}", "", sub.strip(), ""]
+    out = [f"# {_md(title)}", "", _md(sub), ""]
     for t in tables(c, files, notes):
         out += [f"## {t.title}", ""]
         if t.intro:
-            out += [line + "  " for line in t.intro.splitlines()] + [""]
+            out += [_md(line) + "  " for line in t.intro.splitlines()] + [""]
         if t.headers:
             out += ["| " + " | ".join(t.headers) + " |", "|" + "---|" * len(t.headers)]
-            out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in t.rows]
+            out += ["| " + " | ".join(_md(cell) for cell in row) + " |" for row in t.rows]
             out.append("")
     images = [f for fs in files.values() for f in fs if f.endswith((".svg", ".png"))]
     if images:

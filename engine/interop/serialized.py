@@ -13,16 +13,21 @@ else the classes no node reads.  Every mistake is a ``GraphError`` at its JSON p
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from engine.errors import FormatError, GraphError
+from engine.fileio import UnsafeFileError, read_bounded
+from engine.program.loader import reject_unencodable
 
 MAX_NODES = 2_000_000
 """More e-nodes than this are refused (their problem would not fit in memory)."""
+MAX_BYTES = 1 << 30
+"""A bigger file is refused before it is read."""
+MAX_COST = 1e100
+"""The largest node cost: sums over MAX_NODES nodes of such costs stay finite."""
 _NODE_KEYS = {"op", "children", "eclass", "cost", "subsumed"}
 
 
@@ -73,8 +78,8 @@ def detect(path: str | Path) -> str | None:
     """``egraph-serialize`` or ``graph.json`` by the file's content; None when it is neither or unreadable
     (its loader then says why)."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        doc = json.loads(read_bounded(Path(path), MAX_BYTES).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):  # a FIFO or a device is not read (it could block)
         return None
     if is_serialized(doc):
         return "egraph-serialize"
@@ -85,9 +90,11 @@ def load_serialized(path: str | Path) -> ForeignEGraph:
     """Read an egraph-serialize file; GraphError naming the file and the place in it."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_BYTES).decode("utf-8")
     except UnicodeDecodeError as e:
         raise FormatError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
+    except UnsafeFileError as e:
+        raise GraphError(f"not read: {e}", source=str(path)) from None
     except OSError as e:
         raise GraphError(f"cannot read: {e.strerror}", source=str(path)) from None
     return loads_serialized(text, str(path))
@@ -102,6 +109,7 @@ def loads_serialized(text: str, source: str = "") -> ForeignEGraph:
             raise FormatError(f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
         except ValueError as e:  # an integer longer than Python's digit limit
             raise FormatError(f"invalid JSON: {e}") from None
+        reject_unencodable(doc, text)
         return parse_serialized(doc, source)
     except GraphError as e:
         raise e.within("", source) from None
@@ -158,6 +166,10 @@ def parse_serialized(doc: Any, source: str = "") -> ForeignEGraph:
     if not root_ids:
         read = {nodes[ch].eclass for n in nodes.values() for ch in n.children}
         root_ids, how = [c for c in classes if c not in read], "unused"
+    if not root_ids:
+        raise FormatError("no root class: root_eclasses is empty, no class has a 'let' name, and every class is "
+                          "read by a node (a cycle)" if nodes else "no nodes: there is nothing to extract",
+                          "root_eclasses" if nodes else "nodes")
     return ForeignEGraph(nodes, {c: tuple(ns) for c, ns in classes.items()}, class_data,
                          tuple(dict.fromkeys(root_ids)), how, source)
 
@@ -185,8 +197,9 @@ def _parse_node(nid: str, raw: Any, loc: str) -> ForeignNode:
         raise _fail("a list of node ids", children, f"{loc}.children")
     kids = tuple(_id(ch, "node", f"{loc}.children[{j}]") for j, ch in enumerate(children))
     cost = raw.get("cost", 1.0)
-    if isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0:
-        raise _fail("a finite cost >= 0", cost, f"{loc}.cost")
+    if isinstance(cost, bool) or not isinstance(cost, int | float) or not 0 <= cost <= MAX_COST:  # NaN fails too
+        shown = f"an integer of {cost.bit_length()} bits" if isinstance(cost, int) and cost > MAX_COST else cost
+        raise _fail(f"a finite cost >= 0 and <= {MAX_COST:g}", shown, f"{loc}.cost")
     subsumed = raw.get("subsumed", False)
     if not isinstance(subsumed, bool):
         raise _fail("true or false", subsumed, f"{loc}.subsumed")

@@ -62,7 +62,7 @@ class Init:
         elif self.kind == "values":
             data = np.asarray(p["values"]).reshape(shape)  # [] stands for every empty shape
         else:
-            data = np.load(p["path"], allow_pickle=False)
+            data = _load_npy(Path(p["path"]), shape, dtype)
         if dtype == DType.BOOL and self.kind in ("normal", "uniform", "arange"):
             return data > 0
         return np.array(data, dtype=np_dtype, order="C")
@@ -106,9 +106,11 @@ def _fits(data: np.ndarray, dtype: DType) -> bool:
     return bool(info.min <= data.min() and data.max() <= info.max)
 
 
-def parse_init(spec: object, shape: tuple[int, ...], dtype: DType, base_dir: Path) -> Init:
+def parse_init(spec: object, shape: tuple[int, ...], dtype: DType, base_dir: Path, npy_anywhere: bool = False) -> Init:
     """Validate a graph.json ``init`` value against its input's shape and dtype.
 
+    A .npy path must stay inside ``base_dir`` (the graph's folder) unless ``npy_anywhere``: a shared
+    graph.json must not read, or probe for, other files of the machine.
     Raises InitError located relative to the ``init`` key (e.g. ``path``).
     """
     if isinstance(spec, str):
@@ -131,18 +133,31 @@ def parse_init(spec: object, shape: tuple[int, ...], dtype: DType, base_dir: Pat
             if default is None:
                 raise InitError(f"init kind {kind!r} needs the parameter {key!r}")
             params[key] = default
-    _check_params(kind, params, shape, dtype, base_dir)
+    _check_params(kind, params, shape, dtype, base_dir, npy_anywhere)
     return Init(kind, params)
 
 
-def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dtype: DType, base_dir: Path) -> None:
+MAX_PARAMETER = 1e300
+"""The largest magnitude of a random or range parameter (beyond it the values overflow to infinity)."""
+
+
+def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dtype: DType, base_dir: Path,
+                  npy_anywhere: bool) -> None:
     for key, value in params.items():
-        if key == "seed" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise InitError(f"seed must be a non-negative integer, got {value!r}", key)
+        if key == "seed" and (not isinstance(value, int) or isinstance(value, bool) or value < 0 or value >= 2**128):
+            raise InitError(f"seed must be a non-negative integer below 2**128, got {_short(value)}", key)
         if key in ("mean", "std", "low", "high", "value", "start", "step") and not (_number(value) or isinstance(value, bool)):
-            raise InitError(f"{key} must be a number, got {value!r}", key)
+            raise InitError(f"{key} must be a number, got {_short(value)}", key)
+        if key in ("mean", "std", "low", "high", "start", "step") and not abs(value) <= MAX_PARAMETER:
+            raise InitError(f"{key} must be finite and at most {MAX_PARAMETER:g} in magnitude, got {_short(value)}", key)
     if kind == "normal" and params["std"] < 0:
         raise InitError(f"std must be >= 0, got {params['std']}", "std")
+    if kind == "normal":
+        params["std"] += 0.0  # -0.0 is 0 (numpy refuses a negative sign)
+    if kind == "full" and isinstance(params["value"], int) and not abs(params["value"]) <= MAX_PARAMETER:
+        raise InitError(f"value {_short(params['value'])} is beyond any float or integer dtype", "value")
+    if kind == "uniform" and not params["low"] <= params["high"]:
+        raise InitError(f"low must be <= high, got low {params['low']} and high {params['high']}", "low")
     if kind == "full" and not _fits(np.asarray(params["value"]), dtype):
         raise InitError(f"value {params['value']!r} does not fit dtype {dtype}", "value")
     if kind == "values":
@@ -157,15 +172,37 @@ def _check_params(kind: str, params: dict[str, Any], shape: tuple[int, ...], dty
         if not _fits(data, dtype):
             raise InitError(f"values do not fit dtype {dtype} ({_expected(dtype)})", "values")
     if kind == "npy":
-        params["path"] = str(_check_npy(params["path"], shape, dtype, base_dir))
+        params["path"] = str(_check_npy(params["path"], shape, dtype, base_dir, npy_anywhere))
 
 
-def _check_npy(path: object, shape: tuple[int, ...], dtype: DType, base_dir: Path) -> Path:
-    if not isinstance(path, str) or not path:
-        raise InitError(f"path must be a file name, got {path!r}", "path")
-    full = (base_dir / path).resolve()
-    if not full.is_file():
+def _short(value: object) -> str:
+    """``value`` for a message, cut short (an integer of thousands of digits cannot even be printed whole)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return repr(value)[:60]
+
+
+def _check_npy(path: object, shape: tuple[int, ...], dtype: DType, base_dir: Path, npy_anywhere: bool) -> Path:
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise InitError(f"path must be a file name, got {_short(path)}", "path")
+    try:
+        full = (base_dir / path).resolve()
+        inside = full.is_relative_to(base_dir.resolve())
+        if not inside and not npy_anywhere:  # said before looking: no probing for files outside
+            raise InitError(f"{path} is outside the graph's folder {base_dir} (zyx-explore --npy-anywhere allows it)",
+                            "path")
+        found = full.is_file()
+    except (OSError, RuntimeError) as e:  # a name too long, a symlink loop, an unreadable folder
+        raise InitError(f"{path} cannot be opened ({getattr(e, 'strerror', None) or e})", "path") from None
+    if not found:
         raise InitError(f"file not found: {full}", "path")
+    _load_npy(full, shape, dtype)
+    return full
+
+
+def _load_npy(full: Path, shape: tuple[int, ...], dtype: DType) -> np.ndarray:
+    """The array of the .npy file ``full``, memory-mapped, checked against the input (again when the program
+    runs: the file may have been replaced since it was loaded); InitError at ``path`` if it does not fit."""
     try:
         data = np.load(full, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as e:
@@ -177,4 +214,6 @@ def _check_npy(path: object, shape: tuple[int, ...], dtype: DType, base_dir: Pat
         raise InitError(f"{full} holds shape {list(data.shape)}, but the input's shape is {list(shape)}", "path")
     if not np.can_cast(data.dtype, dtype.numpy, casting="same_kind"):
         raise InitError(f"{full} holds dtype {data.dtype}, which does not convert to {dtype}", "path")
-    return full
+    if data.dtype.kind in "iu" and not _fits(data, dtype):  # as inline values: no silent wrap-around
+        raise InitError(f"{full} holds values that do not fit dtype {dtype} ({_expected(dtype)})", "path")
+    return data

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from engine.errors import CycleError, FormatError, GraphError, ShapeError, TensorNameError
+from engine.fileio import UnsafeFileError, read_bounded
 from engine.program.dtypes import DType
 from engine.program.init import Init, parse_init
 from engine.program.lowering import infer
@@ -27,7 +28,7 @@ _TOP_KEYS = {"version", "name", "description", "inputs", "nodes", "outputs"}
 
 @dataclass(frozen=True)
 class SizeLimits:
-    """The largest graph.json the loader accepts."""
+    """The largest graph.json the loader accepts, and where its .npy files may be."""
 
     file_bytes: int = 256 << 20
     nodes: int = 100_000
@@ -38,9 +39,13 @@ class SizeLimits:
     """Bytes of any one tensor, input or node."""
     input_bytes: int = 64 << 30
     """Bytes of all inputs together (they are materialised to run the program)."""
+    npy_anywhere: bool = False
+    """Whether a .npy path may lead outside the graph's folder (absolute, ``..``, a symlink out)."""
 
 
 def _bytes(n: int) -> str:
+    if n.bit_length() > 100:  # beyond any float (and, whole, beyond int-to-text limits)
+        return f"about 2^{n.bit_length() - 1} bytes"
     return f"{n:,} bytes" + (f" ({n / 2**30:.3g} GiB)" if n >= 2**30 else "")
 
 
@@ -55,7 +60,8 @@ def _check_size(shape: tuple[int, ...], itemsize: int, limits: SizeLimits, locat
     return nbytes
 
 
-_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+"""A string (unrolled: constant memory for long strings) or a bracket."""
 
 
 def _too_deep(text: str, depth: int) -> FormatError | None:
@@ -81,15 +87,17 @@ def load(path: str | Path, limits: SizeLimits = SizeLimits()) -> Program:
     """Read and validate a graph.json file; raises GraphError naming the file and place."""
     path = Path(path)
     try:
+        if path.is_dir():
+            raise GraphError("is a directory, not a graph.json file", source=str(path))
         size = path.stat().st_size
         if size > limits.file_bytes:
             raise FormatError(f"{size:,} bytes: more than the limit of {limits.file_bytes:,} bytes for a graph.json "
                               "file (store big values in .npy files)", source=str(path))
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, limits.file_bytes).decode("utf-8")
     except FileNotFoundError:
         raise GraphError("no such file", source=str(path)) from None
-    except IsADirectoryError:
-        raise GraphError("is a directory, not a graph.json file", source=str(path)) from None
+    except UnsafeFileError:
+        raise GraphError("not a regular file (a pipe or a device is not read)", source=str(path)) from None
     except UnicodeDecodeError as e:
         raise FormatError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
     except OSError as e:
@@ -113,6 +121,7 @@ def loads(text: str, base_dir: Path | None = None, source: str = "", limits: Siz
             raise FormatError(f"invalid JSON: {e}") from None
         if duplicated:
             _find_duplicate(doc, "")
+        reject_unencodable(doc, text)
         return parse(doc, base_dir or Path.cwd(), limits)
     except GraphError as e:
         raise e.within("", source) from None
@@ -172,6 +181,35 @@ def _find_duplicate(value: Any, location: str) -> None:
     elif isinstance(value, list):
         for k, item in enumerate(value):
             _find_duplicate(item, f"{location}[{k}]")
+
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A JSON escape of a UTF-16 surrogate: decoded alone (not in a pair) it is a string no output can encode."""
+
+
+def reject_unencodable(doc: Any, text: str) -> None:
+    """FormatError at the first string of ``doc`` (decoded from ``text``) that holds a lone surrogate."""
+    if _ESCAPED_SURROGATE.search(text):  # only then is a walk over the document needed
+        _check_encodable(doc, "")
+
+
+def _check_encodable(value: Any, location: str) -> None:
+    """Raise at the JSON path of the first string (key or value) holding a lone surrogate (``"\\udc00"``)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise FormatError(f"the string holds a lone surrogate \\u{ord(value[e.start]):04x} (not a character; "
+                              "it cannot be printed or written)", location) from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            shown = key.encode("utf-8", "backslashreplace").decode()
+            where = f"{location}.{shown}" if location else shown
+            _check_encodable(key, where)
+            _check_encodable(item, where)
+    elif isinstance(value, list):
+        for k, item in enumerate(value):
+            _check_encodable(item, f"{location}[{k}]")
 
 
 def _suggest(word: str, choices: Any) -> str:
@@ -251,7 +289,8 @@ def _parse_inputs(raw: dict[str, Any], base_dir: Path, limits: SizeLimits) -> li
             raise ShapeError(f"the inputs hold {_bytes(total)} together up to here: more than the limit of "
                              f"{_bytes(limits.input_bytes)}", loc)
         try:
-            init = parse_init(spec["init"], tuple(shape), dtype, base_dir) if "init" in spec else Init.for_name(name)
+            init = (parse_init(spec["init"], tuple(shape), dtype, base_dir, limits.npy_anywhere) if "init" in spec
+                    else Init.for_name(name))
         except GraphError as e:
             raise e.within(f"{loc}.init") from None
         inputs.append(Input(name, tuple(shape), dtype, init))
@@ -320,10 +359,12 @@ def _parse_outputs(raw: Any, types: dict) -> tuple[str, ...]:
     _expect(raw, list, "a list of tensor names", "outputs")
     if not raw:
         raise FormatError("a program needs at least one output", "outputs")
+    seen: dict[str, int] = {}
     for k, name in enumerate(raw):
         _expect(name, str, "a tensor name", f"outputs[{k}]")
         if name not in types:
             raise TensorNameError(f"unknown tensor {name!r}{_suggest(name, types)}", f"outputs[{k}]")
-        if name in raw[:k]:
-            raise TensorNameError(f"{name!r} is listed twice", f"outputs[{k}]")
+        if name in seen:
+            raise TensorNameError(f"{name!r} is listed twice (also outputs[{seen[name]}])", f"outputs[{k}]")
+        seen[name] = k
     return tuple(raw)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.errors import GraphError
 from engine.program.attrs import to_json_value
 from engine.program.dtypes import DType
 from engine.program.init import Init
@@ -31,7 +32,11 @@ class Input:
     init: Init
 
     def value(self) -> np.ndarray:
-        return self.init.materialize(self.shape, self.dtype)
+        """The initial value; a GraphError at ``inputs.<name>.init`` if it cannot be made (a replaced .npy file)."""
+        try:
+            return self.init.materialize(self.shape, self.dtype)
+        except GraphError as e:
+            raise e.within(f"inputs.{self.name}.init") from None
 
 
 @dataclass(frozen=True)

@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import Device
-from engine.fileio import write_atomic
+from engine.fileio import UnsafeFileError, read_bounded, set_aside, write_atomic
 from engine.kernel.ir import Kernel
 
 FORMAT = 1
+MAX_FILE_BYTES = 64 << 20
+"""A device's cache file beyond this is corrupt (thousands of kernels take a few MiB)."""
 
 
 class CacheWarning(UserWarning):
@@ -67,17 +69,20 @@ class TuneCache:
     def _read(self, device: Device) -> dict[str, Any]:
         path = self.path(device)
         try:
-            text = path.read_text()
+            raw = read_bounded(path, MAX_FILE_BYTES)
         except (FileNotFoundError, NotADirectoryError):
             self.status[device.name] = "missing"
             return {}
+        except UnsafeFileError as e:  # a FIFO, a device, a huge file: never read, set aside for the rebuild
+            set_aside(path)
+            return self._warn(device, "corrupt", f"is corrupt ({e}); rebuilding it")
         except OSError as e:  # unreadable (permissions): tune without it
             return self._warn(device, "corrupt", f"cannot be read ({e.strerror})")
         try:
-            data = json.loads(text)
+            data = json.loads(raw.decode("utf-8"))
             if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("entries"), dict):
                 raise ValueError("not a tuning cache of format 1")
-        except (ValueError, RecursionError) as e:  # json.JSONDecodeError is a ValueError
+        except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
             return self._warn(device, "corrupt", f"is corrupt ({e}); rebuilding it")
         entries = {k: v for k, v in data["entries"].items() if isinstance(v, dict)}
         bad = len(data["entries"]) - len(entries)

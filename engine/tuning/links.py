@@ -10,6 +10,7 @@ reported (``CacheWarning``) and measured again.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 import warnings
@@ -20,10 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from engine.devices.base import HOST, Device
-from engine.fileio import write_atomic
+from engine.fileio import UnsafeFileError, read_bounded, set_aside, write_atomic
 from engine.kernel.ir import Buffer
 from engine.program.dtypes import DType
-from engine.tuning.cache import CacheWarning, default_dir, driver
+from engine.tuning.cache import MAX_FILE_BYTES, CacheWarning, default_dir, driver
 
 SIZES = (1 << 12, 1 << 24)
 """Bytes of the two round trips timed (4 KiB: the fixed cost; 16 MiB: the bandwidth)."""
@@ -72,18 +73,28 @@ class LinkCache:
         self._links: dict[str, dict[str, float]] | None = None
 
     def _read(self) -> dict[str, dict[str, float]]:
+        """The valid entries of ``links.json``; an invalid one (a negative overhead would make a copy profitable
+        and extraction loop) is dropped with a warning and measured again."""
         try:
-            data = json.loads(self.path.read_text())
+            data = json.loads(read_bounded(self.path, MAX_FILE_BYTES).decode("utf-8"))
             links = data["links"]
             if not isinstance(links, dict):
                 raise ValueError("'links' is not an object")
-            return {k: v for k, v in links.items()
-                    if isinstance(v, dict) and all(isinstance(v.get(f), (int, float)) for f in ("overhead", "bandwidth"))}
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except UnsafeFileError as e:  # a FIFO, a device, a folder: set aside for the rebuild
+            set_aside(self.path)
             warnings.warn(CacheWarning(f"transfer cache {self.path} is unreadable ({e}); measuring again"), stacklevel=3)
             return {}
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
+            warnings.warn(CacheWarning(f"transfer cache {self.path} is unreadable ({e}); measuring again"), stacklevel=3)
+            return {}
+        valid = {k: v for k, v in links.items() if isinstance(v, dict) and _valid(v)}
+        if len(valid) < len(links):
+            bad = ", ".join(k for k in links if k not in valid)[:200]
+            warnings.warn(CacheWarning(f"transfer cache {self.path} has invalid entries ({bad}); measuring again"),
+                          stacklevel=3)
+        return valid
 
     def link(self, device: Device) -> Link:
         """``device``'s measured link, measuring (and storing) it the first time."""
@@ -91,7 +102,7 @@ class LinkCache:
             self._links = self._read()
         key = f"{device.name}|{driver(device)}"
         entry = self._links.get(key)
-        if entry is not None and entry["bandwidth"] > 0:
+        if entry is not None:
             return Link(float(entry["overhead"]), float(entry["bandwidth"]))
         link = measure(device)
         self._links[key] = {"overhead": link.overhead, "bandwidth": link.bandwidth}
@@ -101,6 +112,18 @@ class LinkCache:
             warnings.warn(CacheWarning(f"transfer cache {self.path} cannot be written ({e}); kept in memory"),
                           stacklevel=2)
         return link
+
+
+def _valid(entry: dict) -> bool:
+    """A finite overhead >= 0 and a finite bandwidth > 0 (numbers, not booleans)."""
+    values = [entry.get(f) for f in ("overhead", "bandwidth")]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        return False
+    try:
+        overhead, bandwidth = (float(v) for v in values)  # type: ignore[arg-type]
+    except OverflowError:  # an integer beyond any float
+        return False
+    return 0 <= overhead < math.inf and 0 < bandwidth < math.inf
 
 
 def measured_links(devices: Sequence[Device], cache: LinkCache | None = None) -> dict[str, Link]:

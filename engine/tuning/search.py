@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.kernel.ir import Kernel
-from engine.tuning.cache import TuneCache
+from engine.tuning.cache import CacheWarning, TuneCache
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.measure import Bench
 from engine.tuning.model import predict
@@ -273,9 +274,11 @@ def tune(
         state = "corrupt" if cache.status.get(device.name, "").startswith("corrupt") else "miss"
         if entry is not None:
             try:
-                return TuneResult.from_json(kernel.key, device.name, entry, "hit")
-            except (KeyError, TypeError, ValueError):
-                state = "corrupt"  # a malformed entry: tune again and overwrite it
+                return _checked(TuneResult.from_json(kernel.key, device.name, entry, "hit"), kernel, device)
+            except (KeyError, TypeError, ValueError, OverflowError) as e:  # tune again and overwrite it
+                state = "corrupt"
+                warnings.warn(CacheWarning(f"tuning cache {cache.path(device)}: the entry of {kernel.name} is corrupt "
+                                           f"({str(e)[:200]}); tuning it again"), stacklevel=2)
     search = _Search(kernel, device, budget, progress, cancel, budget.seconds if limit is None else limit, model,
                      observe, clock)
     try:
@@ -307,6 +310,24 @@ def tune(
     result = _result(kernel, device, search, state)
     if cache is not None and not result.cancelled and result.trials and not lost(device):
         cache.put(kernel, device, result.to_json())
+    return result
+
+
+def _checked(result: TuneResult, kernel: Kernel, device: Device) -> TuneResult:
+    """``result`` read from the cache if it could have come from a search here; else ValueError (corrupt)."""
+    for t in result.trials:
+        if t.status not in (OK, WRONG, FAILED):
+            raise ValueError(f"a trial's status is {t.status!r}")
+        if t.seconds is not None and (not isinstance(t.seconds, int | float) or not 0 <= t.seconds < math.inf):
+            raise ValueError(f"a trial took {t.seconds!r} seconds")
+    if result.ok and not 0 <= result.seconds < math.inf:
+        raise ValueError(f"the best variant took {result.seconds} seconds")
+    refuses = getattr(device, "variant_error", None)
+    why = refuses(kernel, result.best) if refuses is not None else None
+    if why is None and refuses is None and result.best != DEFAULT_VARIANT:
+        why = f"{device.name} has only the default variant"
+    if why is not None:
+        raise ValueError(f"its best variant {result.best} cannot run: {why}")
     return result
 
 

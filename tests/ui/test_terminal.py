@@ -89,3 +89,25 @@ def test_a_person_opens_the_mlp_looks_at_every_pane_and_quits():
         assert "app exited with 0" in screen and "Traceback" not in screen
     finally:
         term.close()
+
+
+def test_quitting_while_tuning_stops_the_tuner_and_exits_at_once(tmp_path):
+    """``q`` in the middle of tuning the attention workload (an empty cache): the process ends within seconds."""
+    command = (f"env -u COLUMNS -u LINES ZYX_EXPLORE_CACHE={tmp_path} PYTHONPATH={ROOT} {sys.executable} "
+               "-m zyx_explorer sample_graphs/attention.json --no-opencl; echo app exited with $?; sleep 60")
+    term = Terminal(command)
+    try:
+        term.wait_for("(c stops)")
+        quit_at = time.monotonic()
+        term.keys("q")
+        screen = term.wait_until(lambda s: "app exited with" in s, "the app exits", timeout=10)
+        assert "app exited with 0" in screen and time.monotonic() - quit_at < 5
+    finally:
+        term.close()
+
+
+def test_the_explorer_without_a_terminal_says_so():
+    run = subprocess.run([sys.executable, "-m", "zyx_explorer", "sample_graphs/mlp.small.json"], cwd=ROOT,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 2 and "needs a terminal" in run.stderr and "Traceback" not in run.stderr

@@ -32,7 +32,7 @@ class ResultsView(Static):
         stats.add_column(style="bold")
         stats.add_column()
         for key, value in result_summary(c).items():
-            stats.add_row(key, str(value))
+            stats.add_row(key, Text(str(value)))
         parts += [Text("Compilation", "bold underline"), stats, Text("")]
         if c.problems:
             parts.append(Text(f"Problems worked around ({len(c.problems)})", "bold underline yellow"))
@@ -47,13 +47,13 @@ class ResultsView(Static):
         for name, value in c.execution.outputs.items():
             a = np.asarray(value)
             first = ", ".join(f"{x:.4g}" for x in a.reshape(-1)[:4].astype(np.float64))
-            outputs.add_row(name, shape_text(a.shape), str(a.dtype), *_stats(a), first)
+            outputs.add_row(Text(name), shape_text(a.shape), str(a.dtype), *_stats(a), first)
         parts.append(outputs)
         if c.verification is not None:
             check = Table("output", "max error", "rtol", "atol", "verdict", title="Verification against the reference",
                           title_justify="left")
             for o in c.verification.outputs:
-                check.add_row(o.name, f"{o.max_error:.3g}", f"{o.rtol:g}", f"{o.atol:g}",
+                check.add_row(Text(o.name), f"{o.max_error:.3g}", f"{o.rtol:g}", f"{o.atol:g}",
                               Text("ok", "green") if o.ok else Text("WRONG", "bold red"))
             parts.append(check)
         self.update(Group(*parts))

@@ -54,7 +54,7 @@ class TensorDetail(Static):
         for i, (origin, prim) in enumerate(zip(self.prims.origins, self.prims.nodes)):
             if origin == name:
                 param = "" if prim.param is None else str(to_json_value(prim.param))
-                table.add_row(str(i), prim.op, param, _shape(prim.shape), str(prim.dtype))
+                table.add_row(str(i), prim.op, Text(param), _shape(prim.shape), str(prim.dtype))
         if not table.row_count:
             text.append("\n(not used by any output: not lowered)", "yellow")
         self.summary, self.lowering = text, table

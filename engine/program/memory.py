@@ -1,0 +1,57 @@
+"""Will a program fit in memory?  Checked before anything is allocated, so a program too big for this machine
+is one located message instead of a MemoryError (or the kernel's OOM killer) after minutes of work.
+
+The estimate is a lower bound of what running it takes: its inputs twice (the plan's copy and the
+reference interpreter's) and every value its nodes compute (the reference keeps them all); the plan's
+own peak is below the latter.  What is available is the smaller of the kernel's ``MemAvailable`` and
+what the address-space limit (``ulimit -v``) still allows this process.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+from pathlib import Path
+
+from engine.errors import GraphError
+from engine.program.program import Program
+
+
+def needed_bytes(program: Program) -> int:
+    """Bytes of the inputs (twice) and of every node's value."""
+    inputs = sum(math.prod(i.shape) * i.dtype.itemsize for i in program.inputs)
+    return 2 * inputs + sum(math.prod(n.shape) * n.dtype.itemsize for n in program.live_nodes())
+
+
+def available_bytes() -> int | None:
+    """The memory this process may still allocate, or None when it cannot be told (not Linux)."""
+    found: list[int] = []
+    try:
+        meminfo = Path("/proc/meminfo").read_text()
+        found += [int(line.split()[1]) * 1024 for line in meminfo.splitlines() if line.startswith("MemAvailable:")]
+    except (OSError, ValueError, IndexError):
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        try:
+            status = Path("/proc/self/status").read_text()
+            used = next(int(line.split()[1]) * 1024 for line in status.splitlines() if line.startswith("VmSize:"))
+        except (OSError, ValueError, StopIteration):
+            used = 0
+        found.append(max(soft - used, 0))
+    return min(found) if found else None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def check_memory(program: Program, source: str = "", available: int | None = None) -> None:
+    """GraphError (at ``inputs``) when the program needs more memory than is available."""
+    available = available_bytes() if available is None else available
+    needed = needed_bytes(program)
+    if available is not None and needed > available:
+        inputs = sum(math.prod(i.shape) * i.dtype.itemsize for i in program.inputs)
+        raise GraphError(f"running this program needs at least {_gib(needed)} ({_gib(inputs)} of inputs, held twice, "
+                         f"and the values its nodes compute), but only {_gib(available)} of memory are available",
+                         "inputs", source)
