@@ -498,7 +498,7 @@ def run(cases: int, seed: int = 0, scenarios: str = "all", log: Any = None) -> d
             log.flush()
     with tempfile.TemporaryDirectory(prefix="zx-fuzz-") as tmp:
         work = Path(tmp)
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "ZYX_EXPLORE_CACHE": str(work / "cache0")}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "ZYX_EXPLORE_CACHE": str(work / "shared-cache")}
         folder = work / "graphs"
         prepare_folder(folder)
         workers = Workers(env)

@@ -114,7 +114,7 @@ def loads(text: str, base_dir: Path | None = None, source: str = "", limits: Siz
         duplicated: list[dict] = []
         try:
             doc = json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, duplicated),
-                             parse_constant=lambda name: _nonstandard(text, name), parse_float=_finite)
+                             parse_constant=lambda name: _nonstandard(text, name), parse_float=lambda literal: _finite(text, literal))
         except json.JSONDecodeError as e:
             raise FormatError(f"invalid JSON: {e.msg}", f"line {e.lineno} column {e.colno}") from None
         except ValueError as e:  # an integer longer than Python's digit limit
@@ -132,24 +132,30 @@ def loads(text: str, base_dir: Path | None = None, source: str = "", limits: Siz
 _SPELLED = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}
 
 
-def _finite(literal: str) -> float:
+def _finite(text: str, literal: str) -> float:
     """A JSON number; one beyond f64 (1e400) is an error, not infinity, as a constant beyond its dtype is."""
     value = float(literal)
     if math.isinf(value):
-        raise FormatError(f"the number {literal} is too large for f64; write the string \"inf\" for infinity")
+        raise FormatError(f"the number {literal} is too large for f64; write the string \"inf\" for infinity",
+                          _first_use(text, literal))
     return value
 
 
 def _nonstandard(text: str, name: str) -> NoReturn:
     """Reject Python's JSON extensions NaN, Infinity and -Infinity, located at their first use."""
-    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: " " * len(m.group()), text)
-    found = re.search(r"(?<![\w.])" + re.escape(name) + r"(?![\w])", unquoted)
-    where = ""
-    if found is not None:
-        line = text.count("\n", 0, found.start()) + 1
-        where = f"line {line} column {found.start() - text.rfind(chr(10), 0, found.start())}"
     spelled = _SPELLED[name]
-    raise FormatError(f"invalid JSON: {name} is not JSON; write the string {spelled!r} instead", where)
+    raise FormatError(f"invalid JSON: {name} is not JSON; write the string {spelled!r} instead",
+                      _first_use(text, name))
+
+
+def _first_use(text: str, token: str) -> str:
+    """``line L column C`` of the first ``token`` of ``text`` outside strings ("" if not found)."""
+    unquoted = re.sub(r'"(?:[^"\\]|\\.)*"', lambda m: " " * len(m.group()), text)
+    found = re.search(r"(?<![\w.+-])" + re.escape(token) + r"(?![\w.])", unquoted)
+    if found is None:
+        return ""
+    line = text.count("\n", 0, found.start()) + 1
+    return f"line {line} column {found.start() - text.rfind(chr(10), 0, found.start())}"
 
 
 class _Duplicated(dict):
