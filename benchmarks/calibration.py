@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sample_graphs
-from engine import load
+from engine import load, units
 from engine.devices import discover
 from engine.pipeline import Compilation, Options, compile_program
 from engine.plan import execute
@@ -41,7 +41,7 @@ def short(device: str) -> str:
 
 
 def ms(seconds: float | None) -> str:
-    return "-" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.3g} ms"
+    return "-" if seconds is None or not math.isfinite(seconds) else units.seconds(seconds)
 
 
 def error(predicted: float, measured: float) -> float:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine import units
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
 from engine.extract import EXTRACTORS, Explainer, Extraction, Pin, explainer
@@ -96,7 +97,7 @@ class Skip:
     on: str
 
     def __str__(self) -> str:
-        return f"skipped: predicted {self.predicted:.3g} s vs {self.measured:.3g} s measured on {self.on}"
+        return f"skipped: predicted {units.seconds(self.predicted)} vs {units.seconds(self.measured)} measured on {self.on}"
 
 
 @dataclass

@@ -86,23 +86,31 @@ _NODE_KEYS = {"id", "op", "args", "attrs"}
 def load(path: str | Path, limits: SizeLimits = SizeLimits()) -> Program:
     """Read and validate a graph.json file; raises GraphError naming the file and place."""
     path = Path(path)
+    data = read_source(path, limits.file_bytes, "a graph.json file", "store big values in .npy files")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
+    return loads(text, base_dir=path.resolve().parent, source=str(path), limits=limits)
+
+
+def read_source(path: Path, limit: int, kind: str, advice: str) -> bytes:
+    """The bytes of the file ``path`` (``kind``, e.g. "an ONNX model"): a located GraphError when it is missing, a
+    folder, not a regular file (a FIFO would block), over ``limit`` bytes (with ``advice``) or unreadable."""
     try:
         if path.is_dir():
-            raise GraphError("is a directory, not a graph.json file", source=str(path))
+            raise GraphError(f"is a directory, not {kind}", source=str(path))
         size = path.stat().st_size
-        if size > limits.file_bytes:
-            raise FormatError(f"{size:,} bytes: more than the limit of {limits.file_bytes:,} bytes for a graph.json "
-                              "file (store big values in .npy files)", source=str(path))
-        text = read_bounded(path, limits.file_bytes).decode("utf-8")
+        if size > limit:
+            raise FormatError(f"{size:,} bytes: more than the limit of {limit:,} bytes for {kind} ({advice})",
+                              source=str(path))
+        return read_bounded(path, limit)
     except FileNotFoundError:
         raise GraphError("no such file", source=str(path)) from None
     except UnsafeFileError:
         raise GraphError("not a regular file (a pipe or a device is not read)", source=str(path)) from None
-    except UnicodeDecodeError as e:
-        raise FormatError(f"not UTF-8 text (byte {e.start})", source=str(path)) from None
     except OSError as e:
         raise GraphError(f"cannot read: {e.strerror}", source=str(path)) from None
-    return loads(text, base_dir=path.resolve().parent, source=str(path), limits=limits)
 
 
 def loads(text: str, base_dir: Path | None = None, source: str = "", limits: SizeLimits = SizeLimits()) -> Program:

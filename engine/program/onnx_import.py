@@ -27,6 +27,7 @@ import numpy as np
 from engine.errors import FormatError, GraphError
 from engine.program.dtypes import DType
 from engine.program.init import Init
+from engine.program.loader import read_source
 from engine.program.opset import broadcast_shapes
 from engine.program.program import Program
 from engine.program.reference import evaluate
@@ -527,20 +528,17 @@ def _location(k: int, proto: Any) -> str:
     return f"node {k} {proto.name!r} ({proto.op_type})" if proto.name else f"node {k} ({proto.op_type})"
 
 
+MAX_MODEL_BYTES = 2 << 30
+"""protobuf cannot parse a message over 2 GiB; bigger models keep their weights in external files."""
+
+
 def _read(path: Path) -> Any:
     try:
         import onnx
     except ImportError:
         raise GraphError("reading ONNX models needs the onnx package: pip install 'zyx-explore[onnx]'",
                          source=str(path)) from None
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise GraphError("no such file", source=str(path)) from None
-    except IsADirectoryError:
-        raise GraphError("is a directory, not an ONNX model", source=str(path)) from None
-    except OSError as e:
-        raise GraphError(f"cannot read: {e.strerror}", source=str(path)) from None
+    data = read_source(path, MAX_MODEL_BYTES, "an ONNX model", "protobuf's own limit; keep big weights external")
     try:
         model = onnx.load_model_from_string(data)
     except Exception as e:  # protobuf raises DecodeError, RuntimeWarning-like errors, ValueError ...
