@@ -1,7 +1,8 @@
 """Regenerates the explorer's screenshots shown in the README, one SVG per pane: ``python screenshots/make.py``.
 
-The explorer runs headless on the small MLP over every device found (OpenCL too, when a runtime is installed),
-tuned, so the costs pane shows real variants; times differ from run to run.
+The explorer runs headless on the quick start's sample (``zyx-explore`` with no file) over every device found
+(OpenCL too, when a runtime is installed), tuned, so the costs pane shows real variants; times differ from run to run.
+One tuning cache serves every pane, so only the first compilation tunes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from engine.fileio import write_atomic
 from zyx_explorer.app import ExplorerApp
 
 HERE = Path(__file__).parent
-SIZE = (130, 36)
+SIZE = (160, 48)
 
 
 def _output_class(app: ExplorerApp) -> None:
@@ -60,7 +61,7 @@ async def _shoot(sample: str, pane: str, target: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("panes", nargs="*", metavar="PANE", help=f"panes to shoot (default: all of {', '.join(PANES)})")
-    parser.add_argument("--sample", default="mlp.small")
+    parser.add_argument("--sample", default=sample_graphs.DEFAULT)
     args = parser.parse_args()
     unknown = set(args.panes) - set(PANES)
     if unknown:

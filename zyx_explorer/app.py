@@ -432,7 +432,9 @@ class ExplorerApp(App):
         if self._active_tab() != "source":
             return
         cand = self.session.candidate(self.kernel) if self.kernel else None
-        times = {k.device: t for k, t in self.session.kernel_times(self.viewed).items() if k.candidate == self.kernel}
+        current = self.session.current()
+        times = {k.device: (t, current is not None and current.measured(k))
+                 for k, t in self.session.kernel_times(self.viewed).items() if k.candidate == self.kernel}
         theme = "monokai" if self.current_theme.dark else "default"
         launched = self._launched(self.kernel) if self.kernel else None
         c = self.session.compilation

@@ -152,6 +152,12 @@ class ClassDetail(Vertical):
     def _device(self, name: str) -> str:
         return self._short.get(name, name.split(":")[0])
 
+    def _with_short_names(self, text: str) -> str:
+        """``text`` with each device's full name replaced by its short one (the legend is in the costs pane)."""
+        for full, short in self._short.items():
+            text = text.replace(full, short)
+        return text
+
     def _why(self, eg: EGraph, why: Why | None, pinned: bool) -> Text:
         """The choice in DAG cost (the extractor's objective): the plan's, and the best rival's with its terms."""
         if why is None:
@@ -178,10 +184,10 @@ class ClassDetail(Vertical):
         text.append("📌" if pins.get(cid) == n else "  ")
         text.append("A " if n == self.marked else "  ", "bold magenta")
         text.append(f"n{n} ", "dim")
-        text.append(eg.describe(n), "bold" if n in self.chosen else "")
+        text.append(self._with_short_names(eg.describe(n)), "bold" if n in self.chosen else "")
         if op == "kernel" and param in times:
             mark = "m" if self._measured(param) else "p"  # type: ignore[arg-type]
-            text.append(f"  {param.device} {seconds_text(times[param])} {mark}", "cyan")  # type: ignore[attr-defined]
+            text.append(f"  {self._device(param.device)} {seconds_text(times[param])} {mark}", "cyan")  # type: ignore[attr-defined]
             if n in costs:
                 delta = costs[n]
                 text.append(f" (plan {'+' if delta >= 0 else '-'}{seconds_text(abs(delta))})", "dim")

@@ -27,10 +27,10 @@ class SourceView(Static):
         self.source_text = ""
         """The device source shown (plain)."""
 
-    def show(self, cand_id: str | None, cand: Candidate | None, times: Mapping[str, float], theme: str,
+    def show(self, cand_id: str | None, cand: Candidate | None, times: Mapping[str, tuple[float, bool]], theme: str,
              variant: tuple[str, Variant] | None = None, launched: tuple[str, Variant] | None = None,
              devices: Mapping[str, Device] = {}, short: Mapping[str, str] = {}) -> None:
-        """``times``: seconds by device name; ``variant``: (device, variant) to show, ``launched``: the plan's;
+        """``times``: (seconds, measured) by device name; ``variant``: (device, variant) to show, ``launched``: the plan's;
         ``devices``: by name (what runs depends on the device); ``short``: the devices' short names."""
         self.cand_id, self.variant = cand_id, variant
         if cand is None:
@@ -39,8 +39,9 @@ class SourceView(Static):
             return
         head = Text.assemble((cand.kernel.name, "bold"), f"  computes c{cand.output} from ",
                              ", ".join(f"c{i}" for i in cand.inputs) or "nothing", f", root form n{cand.root}\n")
-        for device, s in times.items():
-            head.append(f"  {short.get(device, device)}: {seconds_text(s)}\n", "cyan")
+        for device, (s, measured) in times.items():
+            head.append(f"  {short.get(device, device)}: {seconds_text(s)} {'measured' if measured else 'predicted'}\n",
+                        "cyan" if measured else "dim cyan")
         where = ""
         if variant is not None:
             which = "launched by the plan" if variant == launched else "highlighted in costs"
