@@ -256,13 +256,14 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
     """
     predict_all(c, tuner.predict)
     by_name = {d.name: d for d in c.devices}
+    unstarted: set[KernelNode] = set()  # their share of the budget could not start a launch: they stay predicted
     while tuner.left > 0:
         extract(c)
-        todo = [kn for kn in c.plan_kernels() if kn not in c.tuning]
+        todo = [kn for kn in c.plan_kernels() if kn not in c.tuning and kn not in unstarted]
         floor = 0.0
         if not todo:  # rivals, leaving RIVALS_SHARE of the budget for the launches of a plan they change
             floor = tuner.budget.total * RIVALS_SHARE
-            todo = _rivals(c, tuner)
+            todo = [kn for kn in _rivals(c, tuner) if kn not in unstarted]
         if not todo or tuner.left <= floor:
             break
         for i, kn in enumerate(todo):
@@ -274,8 +275,11 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
             if result.cancelled:
                 c.cancelled = True
                 break
-            if not result.trials and tuner.left <= 0:  # the budget ended before its first trial: still predicted
-                break
+            if not result.trials:  # the budget (all of it, or this kernel's share) ended before its first trial
+                unstarted.add(kn)
+                if tuner.left <= 0:
+                    break
+                continue
             c.tuning[kn] = result
             c.variants[kn] = result.best
             c.kernel_times[kn] = result.seconds  # type: ignore[index]  # inf when no variant ran

@@ -189,3 +189,24 @@ def test_when_the_budget_ends_the_plan_is_not_switched_to_untimed_kernels():
     first = next(s for s in c.plan.launches() if s.kernel.key == c.kernelization.candidates[timed[0].candidate].kernel.key)
     assert first.device == "optimist" and first.measured
     assert c.plan.unmeasured == len(c.plan.launches()) - 1
+
+
+def test_a_kernel_whose_share_ends_in_its_build_stays_predicted_not_failed():
+    """A joint build of the variants that takes longer than the kernel's share of the budget (PoCL's can take
+    seconds): no variant was launched, so the kernel is neither timed nor a failure for extraction to avoid; the
+    plan launches it at its prediction and says so."""
+    class SlowBuild(Slow):
+        def compile_many(self, jobs) -> None:
+            self.clock.now += 10.0
+
+    device = SlowBuild(name="slowbuild", seconds=lambda v: 1.0)
+    stages = compile_stages(load(sample_graphs.path("mlp.small")), [device], Options(tune=False))
+    c = next(c for c in stages if c.stage == "kernelized")
+    tuner = Tuner(budget=Budget(variants=4, seconds=5.0, total=30.0), use_cache=False, clock=device.clock,
+                  calibrations=Calibrations(persist=False, fit=False))
+    tune_plan(c, tuner)
+    extract(c)
+    assert not device.launches and not c.problems
+    assert all(math.isfinite(t) for t in c.kernel_times.values())
+    n = len(c.plan.launches())
+    assert c.plan.unmeasured == n and c.plan.coverage() == f"{n} of {n} launches predicted only"
