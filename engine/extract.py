@@ -342,7 +342,9 @@ class _Search:
         self.options = [[i for i in cp.of[v] if v not in cp.inputs[i] and all(start[u] >= 0 for u in cp.inputs[i])]
                         for v in range(len(cp.values))]
         self.rechoose = False  # the search starts from ``start`` as it is
-        self.swapped = -1
+        self.open: set[int] = set()
+        """The value being swapped and the values a walk is choosing producers below: re-choosing one to read
+        any of them would close a cycle (a copy to another pool and back, say), and the trial be rejected."""
         self.cost = math.fsum(self._need(r) for r in cp.roots)
         self.rechoose = True
         self.log.clear()
@@ -354,13 +356,13 @@ class _Search:
 
     def _marginal(self, v: int) -> int:
         """The producer of ``v`` cheapest given what is needed now (ties keep the current one); none reading
-        the value being swapped, which would close a cycle through it.  An input not needed is estimated
-        one level down: its cheapest producer's time plus its own unneeded inputs' tree costs."""
-        time_, inputs, ref, tree, options = self.cp.time, self.cp.inputs, self.ref, self.tree, self.options
+        an ``open`` value, which would close a cycle.  An input not needed is estimated one level down: its
+        cheapest producer's time plus its own unneeded inputs' tree costs."""
+        time_, inputs, ref, tree, options, open_ = self.cp.time, self.cp.inputs, self.ref, self.tree, self.options, self.open
         best, low = self.sel[v], math.inf
         for i in [best, *options[v]]:
             ins = inputs[i]
-            if self.swapped in ins:
+            if not open_.isdisjoint(ins):
                 continue
             c = time_[i]
             for u in ins:
@@ -375,18 +377,23 @@ class _Search:
 
     def _need(self, v: int, budget: float = math.inf) -> float:
         """One more reader of ``v``; the time of what that starts needing (inf, half done, past ``budget``)."""
-        cp, ref, sel, log = self.cp, self.ref, self.sel, self.log
+        cp, ref, sel, log, open_ = self.cp, self.ref, self.sel, self.log, self.open
         added, stack = 0.0, [v]
         while stack:
             w = stack.pop()
+            if w < 0:  # all below ~w chosen: it leaves the walk's path
+                open_.discard(~w)
+                continue
             r = ref[w]
             log.append((w, r, sel[w]))
             ref[w] = r + 1
             if r == 0:
                 i = sel[w] = self._marginal(w) if self.rechoose else sel[w]
                 added += cp.time[i]
-                if added > budget:
+                if added > budget:  # ``_swap`` gives up; its next call starts ``open`` afresh
                     return math.inf
+                open_.add(w)
+                stack.append(~w)
                 stack.extend(cp.inputs[i])
         return added
 
@@ -411,7 +418,7 @@ class _Search:
         """Produce ``v`` by ``i`` instead; the DAG cost delta (logged: ``_undo`` takes it back), or inf once
         what it starts needing costs more than ``budget``."""
         cp, old = self.cp, self.sel[v]
-        self.swapped = v
+        self.open = {v}
         self.log.append((v, self.ref[v], old))
         self.sel[v] = i
         delta, added = cp.time[i] - cp.time[old], 0.0

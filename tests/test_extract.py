@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +15,19 @@ from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
 from engine.egraph import from_program
 from engine.egraph.egraph import EGraph
-from engine.extract import EXTRACTORS, Extraction, ExtractionError, Pins, compare, dag, greedy, ilp
+from engine.extract import (
+    EXTRACTORS,
+    Extraction,
+    ExtractionError,
+    Pins,
+    Problem,
+    Producer,
+    compare,
+    dag,
+    greedy,
+    ilp,
+    solve,
+)
 from engine.kernel.attach import KernelNode, ToDevice
 from engine.pipeline import Compilation, Options, compile_program, transfer_estimate, verify
 from engine.plan import build_plan, execute
@@ -26,7 +40,8 @@ SMALL = [n for n in sample_graphs.names() if n.endswith(".small")]
 @cache
 def compiled(name: str) -> Compilation:
     devices = [NumpyDevice(), LibraryDevice(), *CPU_OPENCL]
-    return compile_program(load(sample_graphs.path(name)), devices, Options(execute=False, tune=False))
+    options = Options(execute=False, tune=False, tune_cache=False)  # no stored calibration: test order and speed don't matter
+    return compile_program(load(sample_graphs.path(name)), devices, options)
 
 
 def args(c: Compilation) -> tuple:
@@ -59,7 +74,7 @@ def test_dag_is_no_worse_than_greedy_and_ilp_is_optimal(name):
 @pytest.mark.parametrize("method", sorted(EXTRACTORS))
 def test_the_pipeline_extracts_with_the_chosen_extractor(method):
     c = compile_program(load(sample_graphs.path("mlp.small")), [NumpyDevice(), LibraryDevice()],
-                        Options(execute=False, tune=False, extractor=method))
+                        Options(execute=False, tune=False, tune_cache=False, extractor=method))
     assert c.extraction.method == method
     assert EXTRACTORS[method](*args(c)).choices == c.extraction.choices
 
@@ -257,3 +272,16 @@ def test_pins_are_a_frozen_mapping():
     assert hash(more) == hash(Pins().device(egraph, c["b"], "gpu").device(egraph, c["c"], "numpy"))
     with pytest.raises(TypeError):
         pins[c["c"]] = pins[c["b"]]  # type: ignore[index]
+
+
+def test_dag_switches_a_chain_of_classes_across_pools_together():
+    """attention.small's problem (issue 23, fixed times): the optimum moves a kernel chain, with its copies,
+    to another pool; re-choosing a value's producer as a copy back from the pool it is being made for
+    closed a cycle, so every such trial was rejected and dag stayed at greedy's 23% above the ILP."""
+    doc = json.loads((Path(__file__).parent / "extract_attention_small.json").read_text())
+    order = [((c, pool), Producer(n, t, tuple((u, q) for u, q in ins), tuple(src) if src else None))
+             for (c, pool), (n, t, ins, src) in doc["order"]]
+    problem = Problem(order, {k: tuple(v) for k, v in doc["outputs"].items()})
+    best = solve(problem, "ilp").dag_cost
+    assert solve(problem, "greedy").dag_cost > 1.1 * best
+    assert solve(problem, "dag").dag_cost <= 1.01 * best
