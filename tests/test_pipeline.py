@@ -12,6 +12,7 @@ from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
 from engine.extract import Pins
 from engine.pipeline import Options, compile_program, extract, run
+from engine.program.init import Init
 from engine.tuning import Budget
 from engine.tuning.space import seeds
 
@@ -47,6 +48,17 @@ def test_library_matmul_competes_and_wins_on_matmuls(name):
 @given(programs())
 def test_random_programs_on_numpy(built):
     assert_verified(compile_program(built.program, [NumpyDevice(), LibraryDevice()], PREDICTED))
+
+
+def test_numpy_outputs_keep_the_buffers_the_reduce_body_shared_in_place():
+    """rmsnorm(|x|) on one element: the output step recomputes |x| = relu(x) + relu(-x), whose buffer the body
+    shared in place with relu(x)'s; freeing relu(x)'s buffer let x / sqrt(...) overwrite |x| (found by CI's
+    random programs: 0 came out as 2)."""
+    x = Tensor.input("x", (), init=Init("full", {"value": 0.0}))
+    program = from_tensors([x.abs().reshape(1).rmsnorm(axis=0, eps=0.5).named("y")])
+    c = compile_program(program, [NumpyDevice()], PREDICTED)
+    assert_verified(c)
+    assert c.execution.outputs["y"].tolist() == [0.0]
 
 
 @needs_opencl

@@ -22,8 +22,8 @@ SAMPLES = ["mlp.small", "attention.small", "residual_mlp.small", "transpose_fusi
 
 @cache
 def compiled(name: str, extractor: str) -> Compilation:
-    return compile_program(load(sample_graphs.path(name)), DEVICES, Options(tune=False, execute=False,
-                                                                              extractor=extractor))
+    return compile_program(load(sample_graphs.path(name)), DEVICES, Options(tune=False, tune_cache=False,
+                                                                              execute=False, extractor=extractor))
 
 
 def plan_classes(c: Compilation) -> list[int]:

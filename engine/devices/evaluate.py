@@ -427,11 +427,17 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
 
 def _allocate(order: Sequence[Expr], ufuncs: dict[Expr, Ufunc], spans: dict[Expr, tuple[int, ...]],
               shape: tuple[int, ...], slots: dict[Expr, int], types: list[tuple[np.dtype, int]]) -> None:
-    """Give each ufunc node of ``order`` a workspace buffer, reusing those of nodes no longer needed."""
+    """Give each ufunc node of ``order`` a workspace buffer, reusing those of nodes no longer needed.
+
+    Nodes of ``order`` that an earlier pass placed (the outputs recompute the body's elementwise nodes) keep
+    their buffers, which may be shared in place (``add(v1, v3)`` writing into ``v1``'s): those buffers are
+    never handed out again in this pass, or a new node would overwrite a value that is still to be read."""
     last = {c: i for i, e in enumerate(order) for c in e.children()}
+    placed = {slots[e] for e in order if slots.get(e, -1) >= 0}
     free: dict[np.dtype, list[int]] = {}
     for i, e in enumerate(order):
-        dying = [c for c in set(e.children()) if last.get(c) == i and c in slots and slots[c] >= 0]
+        dying = [c for c in set(e.children())
+                 if last.get(c) == i and c in slots and slots[c] >= 0 and slots[c] not in placed]
         if e in ufuncs and e not in slots:
             dt = e.dtype.numpy
             same = [] if isinstance(e, Where) else [c for c in dying if spans[c] == spans[e] and c.dtype.numpy == dt]
