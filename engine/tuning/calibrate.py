@@ -9,13 +9,16 @@ shrunk towards the one above it (a prior worth ``PRIOR`` observations), so one n
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one, a reduce and a matmul), and every measured trial and executed plan step
-refits it (``observe``).  Fits are kept per device and driver in ``calibration.json`` beside ``links.json``.
+refits it (``observe``).  Trials time launches on output buffers they reuse, but a plan writes each output into
+a freshly allocated buffer, whose first touch (page faults) costs per byte; ``fresh`` is that cost, measured by
+the large copy-like micro-benchmark on fresh buffers, and ``output_cost`` charges it to a plan's launch.  Fits are kept per device and driver in ``calibration.json`` beside ``links.json``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +78,8 @@ class Calibration:
     """One device's fitted parameters (see the module docstring)."""
 
     overhead: float
+    fresh: float = 0.0
+    """Seconds per byte a launch spends more writing a freshly allocated output than a reused one."""
     device: Fit = field(default_factory=Fit)
     shapes: dict[str, Fit] = field(default_factory=dict)
     kernels: dict[str, Fit] = field(default_factory=dict)
@@ -86,7 +91,7 @@ class Calibration:
         return self.kernels.get(kernel.key, Fit()).factor(f)
 
     def to_json(self) -> dict[str, Any]:
-        return {"overhead": self.overhead, "observations": self.observations,
+        return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
                 "device": [self.device.log_sum, self.device.count],
                 "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
                 "kernels": {k: [f.log_sum, f.count] for k, f in self.kernels.items()}}
@@ -99,10 +104,10 @@ class Calibration:
                 raise ValueError(f"bad fit {pair}")
             return Fit(log_sum, count)
 
-        overhead = float(data["overhead"])
-        if not (math.isfinite(overhead) and overhead >= 0):
-            raise ValueError(f"bad overhead {overhead}")
-        return Calibration(overhead, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
+        overhead, fresh = float(data["overhead"]), float(data.get("fresh", 0.0))
+        if not (math.isfinite(overhead) and overhead >= 0 and math.isfinite(fresh) and fresh >= 0):
+            raise ValueError(f"bad overhead {overhead} or first-touch cost {fresh}")
+        return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
                            {k: fit(v) for k, v in data["kernels"].items()}, int(data.get("observations", 0)))
 
 
@@ -166,6 +171,10 @@ class Calibrations:
         """Calibrated seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
         c = self.get(device)
         return c.overhead + c.factor(kernel) * _work_part(kernel, device, variant)
+
+    def output_cost(self, kernel: Kernel, device: Device) -> float:
+        """Seconds a plan's launch of ``kernel`` spends more than a trial: first touches of its fresh outputs."""
+        return self.get(device).fresh * sum(b.nbytes for b in kernel.output_types)
 
     def observe(self, kernel: Kernel, device: Device, variant: Variant, seconds: float) -> None:
         """Refit ``device`` with a measured launch: this kernel's factor always; the shape's and the device's
@@ -246,7 +255,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     batch = getattr(device, "compile_many", None)
     if batch is not None:
         batch(items)
-    tiny = micro_kernels()[0].key
+    tiny, large = micro_kernels()[0].key, micro_kernels()[1].key
     for kernel, variant in items:
         try:
             bench = Bench(device, kernel)
@@ -255,6 +264,8 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                 outs = [device.alloc(b) for b in kernel.output_types]
                 timing = bench.time(compiled, outs, first=0.0, target=0.02)
                 bench.free(outs)
+                if kernel.key == large:
+                    fresh = _fresh_launches(device, bench, compiled, FRESH_REPEATS)
             finally:
                 bench.close()
         except Exception:  # a device that cannot run a micro-benchmark keeps the nominal value for it
@@ -263,3 +274,19 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
             c.overhead = min(timing.times)
         else:
             calibrations.observe(kernel, device, variant, timing.median)
+        if kernel.key == large:
+            nbytes = sum(b.nbytes for b in kernel.output_types)
+            c.fresh = max(statistics.median(fresh) - timing.median, 0.0) / nbytes
+
+
+FRESH_REPEATS = 3
+
+
+def _fresh_launches(device: Device, bench: Any, compiled: Any, repeats: int) -> list[float]:
+    """Seconds of ``repeats`` launches, each writing outputs allocated just before it (as a plan does)."""
+    times = []
+    for _ in range(repeats):
+        outs = [device.alloc(b) for b in bench.kernel.output_types]
+        times.append(device.launch(compiled, bench.inputs, outs))
+        bench.free(outs)
+    return times

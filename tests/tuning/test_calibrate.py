@@ -41,3 +41,32 @@ def test_without_measurements_the_model_is_the_nominal_roofline():
     k = matmul()
     assert math.isclose(Calibrations(persist=False, fit=False).predict(k, device, DEFAULT_VARIANT),
                         device.estimate(k))
+
+
+class FreshCostDevice(NumpyDevice):
+    """Launches take 1 ms, plus ``FRESH`` seconds per byte when they write an output buffer for the first time."""
+
+    FRESH = 2e-10
+
+    def __init__(self) -> None:
+        super().__init__(threads=1)
+        self.touched: set[int] = set()
+
+    def launch(self, compiled, inputs, outputs):
+        super().launch(compiled, inputs, outputs)
+        fresh = sum(o.nbytes for o in outputs if id(o) not in self.touched)
+        self.touched.update(id(o) for o in outputs)
+        return 1e-3 + self.FRESH * fresh
+
+    def free(self, handle):
+        self.touched.discard(id(handle))
+        super().free(handle)
+
+
+def test_calibration_recovers_the_first_touch_cost_of_fresh_outputs_and_charges_it_per_output_byte():
+    device = FreshCostDevice()
+    calibrations = Calibrations(persist=False)
+    assert math.isclose(calibrations.get(device).fresh, FreshCostDevice.FRESH, rel_tol=1e-6)
+    k = matmul()
+    nbytes = sum(b.nbytes for b in k.output_types)
+    assert math.isclose(calibrations.output_cost(k, device), FreshCostDevice.FRESH * nbytes, rel_tol=1e-6)
