@@ -173,11 +173,14 @@ class _Search:
         predicted = {v: self.model(self.kernel, self.device, v) for v in candidates if v not in self.trials
                      and (refuses is None or refuses(self.kernel, v) is None)}
         candidates = sorted(predicted, key=lambda v: (predicted[v], v.tag))[: max(room, 0)]
-        if batch is not None and len(candidates) > 1 and not self.stop():
-            with contextlib.suppress(Exception):  # each variant's own compile() below records the failure
-                batch([(self.kernel, v) for v in candidates])
+        # before anything is timed the best predicted variant is built alone and timed first: a joint build of all
+        # candidates (seconds on PoCL or a GPU driver) could use up the kernel's share before its first launch
+        alone = 0 if self.ranked() else 1
         total = self.budget.variants if tunable(self.device) else 1  # numpy and BLAS time one variant
-        for v in candidates:
+        for i, v in enumerate(candidates):
+            if i == alone and batch is not None and len(candidates) - alone > 1 and not self.stop():
+                with contextlib.suppress(Exception):  # each variant's own compile() below records the failure
+                    batch([(self.kernel, w) for w in candidates[alone:]])
             if self.stop():
                 return
             guess = self.model(self.kernel, self.device, v)  # refitted by the trials before it
