@@ -70,3 +70,19 @@ def test_calibration_recovers_the_first_touch_cost_of_fresh_outputs_and_charges_
     k = matmul()
     nbytes = sum(b.nbytes for b in k.output_types)
     assert math.isclose(calibrations.output_cost(k, device), FreshCostDevice.FRESH * nbytes, rel_tol=1e-6)
+
+
+def test_a_plans_launches_are_priced_with_the_first_touch_of_their_fresh_outputs():
+    import sample_graphs
+    from engine import load
+    from engine.pipeline import Options, compile_program, extract
+
+    device = NumpyDevice(threads=1)
+    c = compile_program(load(sample_graphs.path("mlp.small")), [device],
+                        Options(tune=False, tune_cache=False, execute=False))
+    c.calibrations.get(device).fresh = 1e-9
+    extract(c)
+    times = {c.kernelization.candidates[kn.candidate].kernel.key: t for kn, t in c.kernel_times.items()}
+    for launch in c.plan.launches():
+        nbytes = sum(b.nbytes for b in launch.kernel.output_types)
+        assert math.isclose(launch.predicted, times[launch.kernel.key] + 1e-9 * nbytes)
