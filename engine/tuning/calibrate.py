@@ -11,7 +11,8 @@ A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launc
 copy-like kernel, a transcendental one, a reduce and a matmul), and every measured trial and executed plan step
 refits it (``observe``).  Trials time launches on output buffers they reuse, but a plan writes each output into
 a freshly allocated buffer, whose first touch (page faults) costs per byte; ``fresh`` is that cost, measured by
-the large copy-like micro-benchmark on fresh buffers, and ``output_cost`` charges it to a plan's launch.  Fits are kept per device and driver in ``calibration.json`` beside ``links.json``.
+the large copy-like micro-benchmark (launches on fresh and on reused outputs, interleaved), and ``output_cost``
+charges it to a plan's launch.  Fits are kept per device and driver in ``calibration.json`` beside ``links.json``.
 """
 
 from __future__ import annotations
@@ -240,8 +241,13 @@ def _matmul(n: int) -> Kernel:
 
 def micro_kernels() -> list[Kernel]:
     """The micro-benchmarks: a tiny launch (overhead first), then one kernel per shape class."""
-    return [_elementwise(256, "add"), _elementwise(1 << 22, "add"), _elementwise(1 << 22, "exp2"),
+    return [_elementwise(256, "add"), _elementwise(LARGE, "add"), _elementwise(1 << 22, "exp2"),
             _row_sum(1024, 4096), _matmul(256)]
+
+
+LARGE = 1 << 24
+"""Elements of the copy-like micro-benchmark: 64 MiB outputs, above glibc's largest mmap threshold (32 MiB), so a
+fresh one is always new pages (a smaller one may reuse freed heap memory, whose first touch is already paid)."""
 
 
 def benchmark(device: Device, calibrations: Calibrations) -> None:
@@ -265,7 +271,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                 timing = bench.time(compiled, outs, first=0.0, target=0.02)
                 bench.free(outs)
                 if kernel.key == large:
-                    fresh = _fresh_launches(device, bench, compiled, FRESH_REPEATS)
+                    c.fresh = _first_touch(device, bench, compiled, FRESH_PAIRS)
             finally:
                 bench.close()
         except Exception:  # a device that cannot run a micro-benchmark keeps the nominal value for it
@@ -274,19 +280,21 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
             c.overhead = min(timing.times)
         else:
             calibrations.observe(kernel, device, variant, timing.median)
-        if kernel.key == large:
-            nbytes = sum(b.nbytes for b in kernel.output_types)
-            c.fresh = max(statistics.median(fresh) - timing.median, 0.0) / nbytes
 
 
-FRESH_REPEATS = 3
+FRESH_PAIRS = 5
 
 
-def _fresh_launches(device: Device, bench: Any, compiled: Any, repeats: int) -> list[float]:
-    """Seconds of ``repeats`` launches, each writing outputs allocated just before it (as a plan does)."""
-    times = []
-    for _ in range(repeats):
+def _first_touch(device: Device, bench: Any, compiled: Any, pairs: int) -> float:
+    """Seconds per output byte a launch spends more on fresh outputs (as a plan's) than on reused ones (as a
+    trial's): the median difference of ``pairs`` launches of each, interleaved so that load drifts cancel."""
+    reused = [device.alloc(b) for b in bench.kernel.output_types]
+    device.launch(compiled, bench.inputs, reused)  # their first touch
+    extra = []
+    for _ in range(pairs):
+        seconds = device.launch(compiled, bench.inputs, reused)
         outs = [device.alloc(b) for b in bench.kernel.output_types]
-        times.append(device.launch(compiled, bench.inputs, outs))
+        extra.append(device.launch(compiled, bench.inputs, outs) - seconds)
         bench.free(outs)
-    return times
+    bench.free(reused)
+    return max(statistics.median(extra), 0.0) / sum(b.nbytes for b in bench.kernel.output_types)
