@@ -4,11 +4,14 @@
 
 ``overhead`` is the device's measured launch cost; ``factor`` is the geometric mean of measured/roofline
 ratios, taken at the most specific level that has measurements: this kernel, else kernels of its shape
-(``elementwise``, ``transcendental``, ``reduce``, ``matmul``, ``row``), else all of the device's.  Each level is
-shrunk towards the one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.
+(``elementwise``, ``transcendental``, ``reduce``, ``matmul``, ``row``) run in the variant's family (``family``:
+a split reduce, a register tile, an unrolled loop, plain; their speeds next to the roofline differ by several
+times on CPU runtimes), else kernels of its shape, else all of the device's.  Each level is shrunk towards the
+one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
-copy-like kernel, a transcendental one, a reduce and a matmul), and every measured trial and executed plan step
+copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
+best predicted families), and every measured trial and executed plan step
 refits it (``observe``).  Trials time launches on output buffers they reuse, but a plan writes each output into
 a freshly allocated buffer, whose first touch (page faults) costs per byte; ``fresh`` is that cost, measured by
 the large copy-like micro-benchmark (launches on fresh and on reused outputs, interleaved), and ``output_cost``
@@ -45,6 +48,15 @@ def nominal_overhead(device: Device) -> float:
     """The launch overhead the device's nominal roofline includes (subtracted before scaling)."""
     nominal = getattr(device, "nominal", None)
     return float(nominal.overhead if nominal is not None else getattr(device, "launch_overhead", 0.0))
+
+
+def family(variant: Variant) -> str:
+    """The code-generation family of ``variant`` whose efficiency is fitted together (per kernel shape)."""
+    if variant.group > 1:
+        return "group"
+    if variant.upcast * variant.tile > 1 or variant.smem:
+        return "tiled"
+    return "unrolled" if variant.unroll > 1 else "plain"
 
 
 def shape(kernel: Kernel) -> str:
@@ -85,16 +97,20 @@ class Calibration:
     shapes: dict[str, Fit] = field(default_factory=dict)
     kernels: dict[str, Fit] = field(default_factory=dict)
     observations: int = 0
+    families: dict[str, Fit] = field(default_factory=dict)
+    """By ``shape/family``."""
 
-    def factor(self, kernel: Kernel) -> float:
+    def factor(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         f = self.device.factor(1.0)
         f = self.shapes.get(shape(kernel), Fit()).factor(f)
+        f = self.families.get(f"{shape(kernel)}/{family(variant)}", Fit()).factor(f)
         return self.kernels.get(kernel.key, Fit()).factor(f)
 
     def to_json(self) -> dict[str, Any]:
         return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
                 "device": [self.device.log_sum, self.device.count],
                 "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
+                "families": {k: [f.log_sum, f.count] for k, f in self.families.items()},
                 "kernels": {k: [f.log_sum, f.count] for k, f in self.kernels.items()}}
 
     @staticmethod
@@ -109,7 +125,8 @@ class Calibration:
         if not (math.isfinite(overhead) and overhead >= 0 and math.isfinite(fresh) and fresh >= 0):
             raise ValueError(f"bad overhead {overhead} or first-touch cost {fresh}")
         return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
-                           {k: fit(v) for k, v in data["kernels"].items()}, int(data.get("observations", 0)))
+                           {k: fit(v) for k, v in data["kernels"].items()}, int(data.get("observations", 0)),
+                           {k: fit(v) for k, v in data.get("families", {}).items()})
 
 
 class Calibrations:
@@ -171,15 +188,15 @@ class Calibrations:
     def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
         """Calibrated seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
         c = self.get(device)
-        return c.overhead + c.factor(kernel) * _work_part(kernel, device, variant)
+        return c.overhead + c.factor(kernel, variant) * _work_part(kernel, device, variant)
 
     def output_cost(self, kernel: Kernel, device: Device) -> float:
         """Seconds a plan's launch of ``kernel`` spends more than a trial: first touches of its fresh outputs."""
         return self.get(device).fresh * sum(b.nbytes for b in kernel.output_types)
 
     def observe(self, kernel: Kernel, device: Device, variant: Variant, seconds: float) -> None:
-        """Refit ``device`` with a measured launch: this kernel's factor always; the shape's and the device's
-        when the work, not the launch overhead, dominates the time."""
+        """Refit ``device`` with a measured launch: this kernel's factor always; the shape's (in the variant's
+        family and in all) and the device's when the work, not the launch overhead, dominates the time."""
         c = self.get(device)
         part = _work_part(kernel, device, variant)
         if not (math.isfinite(seconds) and seconds > 0 and part > 0):
@@ -190,6 +207,7 @@ class Calibrations:
         c.kernels.setdefault(kernel.key, Fit()).add(ratio)
         if seconds > 2 * c.overhead:
             c.shapes.setdefault(shape(kernel), Fit()).add(ratio)
+            c.families.setdefault(f"{shape(kernel)}/{family(variant)}", Fit()).add(ratio)
             c.device.add(ratio)
         c.observations += 1
 
@@ -242,7 +260,7 @@ def _matmul(n: int) -> Kernel:
 def micro_kernels() -> list[Kernel]:
     """The micro-benchmarks: a tiny launch (overhead first), then one kernel per shape class."""
     return [_elementwise(256, "add"), _elementwise(LARGE, "add"), _elementwise(1 << 22, "exp2"),
-            _row_sum(1024, 4096), _matmul(256)]
+            _row_sum(1024, 4096), _matmul(512)]
 
 
 LARGE = 1 << 24
@@ -253,33 +271,53 @@ fresh one is always new pages (a smaller one may reuse freed heap memory, whose 
 def benchmark(device: Device, calibrations: Calibrations) -> None:
     """Fit ``device``'s overhead and factors by timing the micro-benchmarks it supports (a second or two)."""
     from engine.tuning.measure import Bench
-    from engine.tuning.model import suggest
 
     c = calibrations.by_device[device.name]
-    kernels = [k for k in micro_kernels() if device.supports(k)]
-    items = [(k, suggest(k, device)) for k in kernels]
+    tiny, large = micro_kernels()[0].key, micro_kernels()[1].key
+    kernels = {k: [DEFAULT_VARIANT] if k.key == tiny else family_variants(k, device)
+               for k in micro_kernels() if device.supports(k)}
     batch = getattr(device, "compile_many", None)
     if batch is not None:
-        batch(items)
-    tiny, large = micro_kernels()[0].key, micro_kernels()[1].key
-    for kernel, variant in items:
+        batch([(k, v) for k, variants in kernels.items() for v in variants])
+    for kernel, variants in kernels.items():
         try:
             bench = Bench(device, kernel)
-            try:
-                compiled = device.compile(kernel, variant)
-                outs = [device.alloc(b) for b in kernel.output_types]
-                timing = bench.time(compiled, outs, first=0.0, target=0.02)
-                bench.free(outs)
-                if kernel.key == large:
-                    c.fresh = _first_touch(device, bench, compiled, FRESH_PAIRS)
-            finally:
-                bench.close()
         except Exception:  # a device that cannot run a micro-benchmark keeps the nominal value for it
             continue
-        if kernel.key == tiny:
-            c.overhead = min(timing.times)
-        else:
-            calibrations.observe(kernel, device, variant, timing.median)
+        try:
+            for i, variant in enumerate(variants):
+                try:
+                    compiled = device.compile(kernel, variant)
+                    outs = [device.alloc(b) for b in kernel.output_types]
+                    timing = bench.time(compiled, outs, first=0.0, target=0.02, left=lambda: SLOW)
+                    bench.free(outs)
+                    if kernel.key == large and i == 0:
+                        c.fresh = _first_touch(device, bench, compiled, FRESH_PAIRS)
+                except Exception:  # likewise for a variant it cannot build or run
+                    continue
+                if kernel.key == tiny:
+                    c.overhead = min(timing.times)
+                else:
+                    calibrations.observe(kernel, device, variant, timing.median)
+        finally:
+            bench.close()
+
+
+def family_variants(kernel: Kernel, device: Device) -> list[Variant]:
+    """The nominal model's best variant of ``kernel`` on ``device`` in each family it can run, best first (at
+    most FAMILIES)."""
+    from engine.tuning.model import candidates, predict
+
+    best: dict[str, tuple[float, str, Variant]] = {}
+    for v in candidates(kernel, device):
+        best[family(v)] = min(best.get(family(v), (math.inf, "", v)), (predict(kernel, device, v), v.tag, v))
+    return [v for _, _, v in sorted(best.values())][:FAMILIES]
+
+
+FAMILIES = 2
+"""Families timed per micro-benchmark: the nominal model's best two (the tuner times its best first)."""
+SLOW = 0.1
+"""Seconds of a micro-benchmark launch that is timed once, not repeated (a slow family's)."""
 
 
 FRESH_PAIRS = 5

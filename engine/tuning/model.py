@@ -114,12 +114,16 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
 
 def suggest(kernel: Kernel, device: Device, model: Callable[[Kernel, Device, Variant], float] | None = None) -> Variant:
     """The variant ``model`` (default: this roofline) likes best among the seeds and their neighbours."""
+    model = model or predict
+    return min(candidates(kernel, device), key=lambda v: (model(kernel, device, v), v.tag), default=DEFAULT_VARIANT)
+
+
+def candidates(kernel: Kernel, device: Device) -> list[Variant]:
+    """The seeds and their neighbours that ``device`` can run (the default alone on devices without variants)."""
     from engine.tuning.space import neighbours, seeds
 
     if not hasattr(device, "variant_error"):
-        return DEFAULT_VARIANT
+        return [DEFAULT_VARIANT]
     pool = seeds(kernel, bool(getattr(device, "is_gpu", False)))
     pool += [n for v in list(pool) for n in neighbours(kernel, v)]
-    ok = [v for v in dict.fromkeys(pool) if device.variant_error(kernel, v) is None]  # type: ignore[attr-defined]
-    model = model or predict
-    return min(ok, key=lambda v: (model(kernel, device, v), v.tag), default=DEFAULT_VARIANT)
+    return [v for v in dict.fromkeys(pool) if device.variant_error(kernel, v) is None]  # type: ignore[attr-defined]

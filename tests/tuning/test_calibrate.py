@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from engine.devices import NumpyDevice
-from engine.devices.base import DEFAULT_VARIANT
+from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.tuning import CacheWarning
-from engine.tuning.calibrate import Calibrations, micro_kernels, shape
-from tests.test_autotune import matmul
+from engine.tuning.calibrate import Calibrations, _work_part, family, family_variants, micro_kernels, shape
+from tests.test_autotune import matmul, row_sum
 
 
 def test_micro_benchmarks_fit_a_device_once_and_it_is_read_back(tmp_path):
@@ -86,3 +86,48 @@ def test_a_plans_launches_are_priced_with_the_first_touch_of_their_fresh_outputs
     for launch in c.plan.launches():
         nbytes = sum(b.nbytes for b in launch.kernel.output_types)
         assert math.isclose(launch.predicted, times[launch.kernel.key] + 1e-9 * nbytes)
+
+
+FAMILY_FACTORS = {"plain": 4.0, "unrolled": 2.0, "tiled": 1.0, "group": 0.5}
+
+
+class FamilyDevice(NumpyDevice):
+    """A tunable device whose launches take the nominal model's time times its variant family's known factor."""
+
+    def __init__(self) -> None:
+        super().__init__(threads=1)
+        self.name = "families"
+
+    def variant_error(self, kernel, variant):
+        return None
+
+    def launch(self, compiled, inputs, outputs):
+        return FAMILY_FACTORS[family(compiled.variant)] * _work_part(compiled.kernel, self, compiled.variant)
+
+
+def test_trials_of_other_kernels_fit_each_variant_family_apart():
+    """Out of sample: after trials of other reduces in two families, a new reduce is predicted in each family
+    at that family's factor (one factor per shape would predict both alike)."""
+    device = FamilyDevice()
+    calibrations = Calibrations(persist=False, fit=False)
+    calibrations.get(device).overhead = 0.0
+    plain, group = Variant(), Variant(group=64)
+    for rows in (64, 128, 256, 512, 1024, 2048):
+        for v in (plain, group):
+            k = row_sum(rows, 4096)
+            calibrations.observe(k, device, v, FAMILY_FACTORS[family(v)] * _work_part(k, device, v))
+    new = row_sum(4096, 4096)
+    for v in (plain, group):
+        ratio = calibrations.predict(new, device, v) / _work_part(new, device, v)
+        assert abs(math.log2(ratio / FAMILY_FACTORS[family(v)])) < 0.5  # shrunk a little towards the shape
+
+
+def test_micro_benchmarks_time_two_families_per_kernel_and_fit_their_factors():
+    device = FamilyDevice()
+    fitted = Calibrations(persist=False).get(device)
+    for k in micro_kernels()[1:]:
+        timed = family_variants(k, device)
+        assert len(timed) == 2 and all(f"{shape(k)}/{family(v)}" in fitted.families for v in timed)
+    for key, fit in fitted.families.items():
+        truth = FAMILY_FACTORS[key.split("/")[1]]
+        assert fit.count == 1 and math.isclose(math.exp(fit.log_sum), truth, rel_tol=1e-2)  # less the overhead
