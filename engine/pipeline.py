@@ -256,9 +256,10 @@ def predict_all(c: Compilation, model: Callable[[Kernel, Device, Variant], float
 
 
 def tune_plan(c: Compilation, tuner: Tuner) -> None:
-    """Predict every kernel, then tune what the extracted plan launches until all its launches are timed, then
-    the plan's kernels on the other devices (``_rivals``, while more than RIVALS_SHARE of the budget is left),
-    re-extracting after each batch, within the budget.
+    """Predict every kernel, then tune what the extracted plan launches until all its launches are timed (a first
+    look at each, its best predicted variant, before any is searched further: a slow search or build cannot use up
+    the budget of the launches after it), then the plan's kernels on the other devices (``_rivals``, while more
+    than RIVALS_SHARE of the budget is left), re-extracting after each batch, within the budget.
 
     ``c`` is left without an extraction or plan (the ``tuned`` stage has none).
     """
@@ -267,7 +268,10 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
     unstarted: set[KernelNode] = set()  # their share of the budget could not start a launch: they stay predicted
     while tuner.left > 0:
         extract(c)
-        todo = [kn for kn in c.plan_kernels() if kn not in c.tuning and kn not in unstarted]
+        todo = [kn for kn in c.plan_kernels() if kn not in unstarted
+                 and not tuner.searched(_kernel(c, kn), by_name[kn.device])]
+        first = [kn for kn in todo if kn not in c.tuning]
+        todo = first or todo
         floor = 0.0
         if not todo:  # rivals, leaving RIVALS_SHARE of the budget for the launches of a plan they change
             floor = tuner.budget.total * RIVALS_SHARE
@@ -279,7 +283,9 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
                 break
             device = by_name[kn.device]
             share = (tuner.left - floor) / (len(todo) - i)  # each launch of the plan gets its turn
-            result = tuner.tune(_kernel(c, kn), device, share)
+            result = tuner.tune(_kernel(c, kn), device, share, first=bool(first))
+            if first and result.trials and not result.ok:  # its best predicted variant failed: search the others
+                result = tuner.tune(_kernel(c, kn), device, share)
             if result.cancelled:
                 c.cancelled = True
                 break

@@ -15,7 +15,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -262,11 +262,14 @@ def tune(
     model: Model = predict,
     observe: Observe | None = None,
     clock: Clock = time.perf_counter,
+    resume: TuneResult | None = None,
+    store: bool = True,
 ) -> TuneResult:
     """Search variants of ``kernel`` on ``device``, best predicted (``model``) first, for at most ``limit``
     seconds (default ``budget.seconds``); ``budget`` may be a variant count; ``observe`` hears every measured
     time.  Raises ValueError when the device cannot run the kernel.  A cache hit returns the stored result; a
-    cancelled search is not cached."""
+    cancelled search is not cached, nor one not to ``store`` (a first look); ``resume`` continues one (its
+    trials and seconds count in the budget)."""
     if isinstance(budget, int):
         budget = Budget(variants=budget)
     if not device.supports(kernel):
@@ -284,6 +287,9 @@ def tune(
                                            f"({str(e)[:200]}); tuning it again"), stacklevel=2)
     search = _Search(kernel, device, budget, progress, cancel, budget.seconds if limit is None else limit, model,
                      observe, clock)
+    if resume is not None:
+        search.trials.update((t.variant, t) for t in resume.trials)
+        search.start -= resume.elapsed
     try:
         bench = Bench(device, kernel)
     except Exception as e:  # the inputs cannot even be uploaded (the device is lost, out of memory)
@@ -311,7 +317,7 @@ def tune(
     finally:
         bench.close()
     result = _result(kernel, device, search, state)
-    if cache is not None and not result.cancelled and result.trials and not lost(device):
+    if cache is not None and store and not result.cancelled and result.trials and not lost(device):
         cache.put(kernel, device, result.to_json())
     return result
 
@@ -371,6 +377,8 @@ class Tuner:
         self.clock = clock
         self.started = clock()
         self.results: dict[tuple[str, str], TuneResult] = {}
+        self.first_looks: dict[tuple[str, str], TuneResult] = {}
+        """Searches stopped after their first variant (``tune(first=True)``), to be resumed."""
 
     @property
     def spent(self) -> float:
@@ -385,19 +393,31 @@ class Tuner:
     def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
         return self.calibrations.predict(kernel, device, variant)
 
-    def tune(self, kernel: Kernel, device: Device, share: float = math.inf) -> TuneResult:
-        """The kernel's result, searched for at most its budget, what is left of the total, and ``share``."""
+    def tune(self, kernel: Kernel, device: Device, share: float = math.inf, first: bool = False) -> TuneResult:
+        """The kernel's result, searched for at most its budget, what is left of the total, and ``share``;
+        ``first``: only its best predicted variant (a first look, resumed by a later call), unless cached."""
         k = (kernel.key, device.name)
-        if k not in self.results:
-            result = tune(kernel, device, self.budget, self.cache, self.progress, self.cancel,
-                          limit=min(self.budget.seconds, max(self.left, 0.0), share), model=self.predict,
-                          observe=self.calibrations.observe, clock=self.clock)
-            if result.cache != "hit":
-                self.calibrations.save(device)
-            if result.cancelled:
-                return result  # not remembered: a later call searches again
+        if k in self.results or (first and k in self.first_looks):
+            return self.results.get(k) or self.first_looks[k]
+        first = first and tunable(device)  # the others time their one variant anyway
+        budget = replace(self.budget, variants=1) if first else self.budget
+        result = tune(kernel, device, budget, self.cache, self.progress, self.cancel,
+                      limit=min(self.budget.seconds, max(self.left, 0.0), share), model=self.predict,
+                      observe=self.calibrations.observe, clock=self.clock, resume=self.first_looks.get(k),
+                      store=not first)
+        if result.cache != "hit":
+            self.calibrations.save(device)
+        if result.cancelled:
+            return result  # not remembered: a later call searches again
+        if first and result.cache != "hit":
+            self.first_looks[k] = result
+        else:
             self.results[k] = result
-        return self.results[k]
+        return result
+
+    def searched(self, kernel: Kernel, device: Device) -> bool:
+        """Whether ``kernel``'s search on ``device`` is done (not only a first look)."""
+        return (kernel.key, device.name) in self.results
 
     def kernel_time(self, kernel: Kernel, device: Device) -> float:
         return self.tune(kernel, device).seconds

@@ -191,27 +191,46 @@ def test_when_the_budget_ends_the_plan_is_not_switched_to_untimed_kernels():
     assert c.plan.unmeasured == len(c.plan.launches()) - 1
 
 
-def _share_test(device):
+def _share_test(device, total=30.0):
     stages = compile_stages(load(sample_graphs.path("mlp.small")), [device], Options(tune=False, tune_cache=False))
     c = next(c for c in stages if c.stage == "kernelized")
-    tuner = Tuner(budget=Budget(variants=4, seconds=5.0, total=30.0), use_cache=False, clock=device.clock,
+    tuner = Tuner(budget=Budget(variants=4, seconds=5.0, total=total), use_cache=False, clock=device.clock,
                   calibrations=Calibrations(persist=False, fit=False))
     tune_plan(c, tuner)
     extract(c)
     return c
 
 
-def test_a_slow_joint_build_does_not_keep_the_plans_launches_from_being_timed():
-    """A joint build of the variants that takes longer than a kernel's share of the budget (PoCL's, or a GPU
-    driver's, can take seconds; the H200's attention plan had 0 of 9 launches timed): the best predicted variant
-    is built alone and timed first, so every launch of the plan is measured."""
-    class SlowBuild(Slow):
-        def compile_many(self, jobs) -> None:
-            self.clock.now += 10.0
+class SlowJointBuild(Slow):
+    """Builds its variants together in 10 s (PoCL's, or a GPU driver's, joint build can take seconds)."""
 
-    device = SlowBuild(name="slowbuild", seconds=lambda v: 0.1)
-    c = _share_test(device)
-    assert device.launches and not c.problems and c.plan.unmeasured == 0
+    def compile_many(self, jobs) -> None:
+        self.clock.now += 10.0
+
+
+@pytest.mark.parametrize("total", [30.0, 8.0])
+def test_a_slow_joint_build_does_not_keep_the_plans_launches_from_being_timed(total):
+    """Longer than a kernel's share (30 s), or than the whole budget (8 s): the H200's attention plan had 0 of 9
+    launches timed.  Every launch of the plan gets a first look (its best predicted variant, built alone) before
+    any search goes on to build the rest, so every launch is measured."""
+    device = SlowJointBuild(name="slowbuild", seconds=lambda v: 0.1)
+    c = _share_test(device, total)
+    n = len(c.plan.launches())
+    assert n > 1 and not c.problems and c.plan.unmeasured == 0
+
+
+def test_a_first_look_is_resumed_by_the_search_not_repeated():
+    device = Slow(seconds=lambda v: 0.1)
+    tuner = Tuner(budget=Budget(variants=4, seconds=100.0, total=100.0), use_cache=False, clock=device.clock,
+                  calibrations=Calibrations(persist=False, fit=False))
+    k = row_sum()
+    look = tuner.tune(k, device, first=True)
+    assert len(look.trials) == 1 and not tuner.searched(k, device)
+    looked = len(device.launches)
+    full = tuner.tune(k, device)
+    assert tuner.searched(k, device) and full.trials[0] is look.trials[0] and len(full.trials) == 4
+    assert all(v != look.trials[0].variant for _, v in device.launches[looked:])  # not launched again
+    assert full.elapsed == device.clock.now  # the look's seconds count in the kernel's budget
 
 
 def test_kernels_whose_share_ended_before_their_first_launch_stay_predicted_not_failed():
