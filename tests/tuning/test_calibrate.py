@@ -131,3 +131,20 @@ def test_micro_benchmarks_time_two_families_per_kernel_and_fit_their_factors():
     for key, fit in fitted.families.items():
         truth = FAMILY_FACTORS[key.split("/")[1]]
         assert fit.count == 1 and math.isclose(math.exp(fit.log_sum), truth, rel_tol=1e-2)  # less the overhead
+
+
+def test_executed_steps_refit_the_model_less_the_first_touches_trials_do_not_pay():
+    import sample_graphs
+    from engine import load
+    from engine.pipeline import Options, compile_program, feed_back
+    from engine.plan import Execution
+
+    device = NumpyDevice(threads=1)
+    c = compile_program(load(sample_graphs.path("mlp.small")), [device],
+                        Options(tune=False, tune_cache=False, execute=False))
+    c.calibrations.get(device).fresh = 1e-9
+    seen = []
+    c.calibrations.observe = lambda kernel, device, variant, seconds: seen.append((kernel.key, seconds))
+    feed_back(c, Execution({}, tuple(1.0 for _ in c.plan.steps)))
+    assert seen == [(s.kernel.key, 1.0 - 1e-9 * sum(b.nbytes for b in s.kernel.output_types))
+                    for s in c.plan.launches()] != []
