@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from engine.kernel.ir import Expr, Kernel, Load, Op, dependent, reduce_dependent, schedule
@@ -25,25 +27,32 @@ class Work:
 
 def work(kernel: Kernel) -> Work:
     nbytes = sum(b.nbytes for b in kernel.inputs) + sum(b.nbytes for b in kernel.output_types)
-    if kernel.stages:
-        return _row_work(kernel, nbytes)
-    inner = reduce_dependent(kernel)
-    per_point = 0
-    loads = 0
-    for e in schedule(kernel.exprs()):
-        times = kernel.reduce.size if e in inner and kernel.reduce else 1
-        if isinstance(e, Op):
-            per_point += times
-        elif isinstance(e, Load):
-            loads += times
-    if kernel.reduce is not None:
-        per_point += kernel.reduce.size  # the accumulation itself
-    return Work(nbytes, per_point * kernel.numel, loads * kernel.numel)
-
-
-def _row_work(kernel: Kernel, nbytes: int) -> Work:
-    """A row kernel's work: per row, each stage's loop (and accumulation), then the outputs over the row."""
     ops = loads = 0
+    for e, times in _evaluations(kernel):
+        ops += times * isinstance(e, Op)
+        loads += times * isinstance(e, Load)
+    # the accumulation itself: a reduce's per point, a row kernel's stages' per row
+    ops += sum(s.size for s in kernel.stages) if kernel.stages else kernel.reduce.size if kernel.reduce else 0
+    return Work(nbytes, ops * kernel.numel, loads * kernel.numel)
+
+
+def op_counts(kernel: Kernel) -> Counter[str]:
+    """Evaluations of each op per launch (a reduce's body per step, a row kernel's loops per row element)."""
+    counts: Counter[str] = Counter()
+    for e, times in _evaluations(kernel):
+        if isinstance(e, Op):
+            counts[e.op] += times * kernel.numel
+    return counts
+
+
+def _evaluations(kernel: Kernel) -> Iterator[tuple[Expr, int]]:
+    """Each expression evaluated per output point (per row for a row kernel), with how many times: a reduce's
+    body once per step, a row kernel's loop bodies once per row element (hoisted ones once per row)."""
+    if not kernel.stages:
+        inner = reduce_dependent(kernel)
+        for e in schedule(kernel.exprs()):
+            yield e, kernel.reduce.size if e in inner and kernel.reduce else 1
+        return
     seen: set[Expr] = set()
     for roots, variables, size in kernel.row_loops():
         inner = dependent(roots, variables)
@@ -51,8 +60,4 @@ def _row_work(kernel: Kernel, nbytes: int) -> Work:
             if e in seen and e not in inner:
                 continue  # hoisted: computed once per row
             seen.add(e)
-            times = size if e in inner else 1
-            ops += times * isinstance(e, Op)
-            loads += times * isinstance(e, Load)
-    ops += sum(s.size for s in kernel.stages)
-    return Work(nbytes, ops * kernel.numel, loads * kernel.numel)
+            yield e, size if e in inner else 1

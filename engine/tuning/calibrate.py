@@ -1,17 +1,20 @@
 """The cost model calibrated per device: the roofline of ``model.predict`` fitted to what the device measured.
 
-    predicted = overhead + factor x work part of the roofline
+    predicted = overhead + factor x work part of the roofline + evaluations x cost, per transcendental op
 
 ``overhead`` is the device's measured launch cost; ``factor`` is the geometric mean of measured/roofline
 ratios, taken at the most specific level that has measurements: this kernel, else kernels of its shape
 (``elementwise``, ``transcendental``, ``reduce``, ``matmul``, ``row``) run in the variant's family (``family``:
 a split reduce, a register tile, an unrolled loop, plain; their speeds next to the roofline differ by several
 times on CPU runtimes), else kernels of its shape, else all of the device's.  Each level is shrunk towards the
-one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.
+one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.  The roofline counts
+every op alike, but a runtime's ``erf`` or ``tanh`` can cost tens of adds (PoCL's 20x an ``exp2`` kernel's time):
+``ops`` is each transcendental op's measured cost per evaluation beyond an add's (which the roofline covers).
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
-best predicted families), and every measured trial and executed plan step
+best predicted families; then one small kernel per transcendental op), and every measured trial and executed
+plan step
 refits it (``observe``).  Trials time launches on output buffers they reuse, but a plan writes each output into
 a freshly allocated buffer, whose first touch (page faults) costs per byte; ``fresh`` is that cost, measured by
 the large copy-like micro-benchmark (launches on fresh and on reused outputs, interleaved), and ``output_cost``
@@ -20,6 +23,7 @@ charges it to a plan's launch.  Fits are kept per device and driver in ``calibra
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -30,6 +34,7 @@ from typing import Any
 
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.fileio import write_atomic
+from engine.kernel.cost import op_counts
 from engine.kernel.index import Var, add, flatten, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.lanes import upcast_axes
@@ -99,6 +104,12 @@ class Calibration:
     observations: int = 0
     families: dict[str, Fit] = field(default_factory=dict)
     """By ``shape/family``."""
+    ops: dict[str, float] = field(default_factory=dict)
+    """Seconds per evaluation of each transcendental op beyond an add's (measured)."""
+
+    def op_seconds(self, kernel: Kernel) -> float:
+        """Seconds ``kernel``'s transcendental ops cost beyond the fitted roofline."""
+        return sum(n * self.ops.get(op, 0.0) for op, n in op_counts(kernel).items())
 
     def factor(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         f = self.device.factor(1.0)
@@ -110,7 +121,7 @@ class Calibration:
         return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
                 "device": [self.device.log_sum, self.device.count],
                 "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
-                "families": {k: [f.log_sum, f.count] for k, f in self.families.items()},
+                "families": {k: [f.log_sum, f.count] for k, f in self.families.items()}, "ops": self.ops,
                 "kernels": {k: [f.log_sum, f.count] for k, f in self.kernels.items()}}
 
     @staticmethod
@@ -122,11 +133,12 @@ class Calibration:
             return Fit(log_sum, count)
 
         overhead, fresh = float(data["overhead"]), float(data.get("fresh", 0.0))
-        if not (math.isfinite(overhead) and overhead >= 0 and math.isfinite(fresh) and fresh >= 0):
-            raise ValueError(f"bad overhead {overhead} or first-touch cost {fresh}")
+        ops = {str(k): float(v) for k, v in data.get("ops", {}).items()}
+        if not all(math.isfinite(x) and x >= 0 for x in (overhead, fresh, *ops.values())):
+            raise ValueError(f"bad overhead {overhead}, first-touch cost {fresh} or op costs {ops}")
         return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
                            {k: fit(v) for k, v in data["kernels"].items()}, int(data.get("observations", 0)),
-                           {k: fit(v) for k, v in data.get("families", {}).items()})
+                           {k: fit(v) for k, v in data.get("families", {}).items()}, ops)
 
 
 class Calibrations:
@@ -188,7 +200,7 @@ class Calibrations:
     def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
         """Calibrated seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
         c = self.get(device)
-        return c.overhead + c.factor(kernel, variant) * _work_part(kernel, device, variant)
+        return c.overhead + c.factor(kernel, variant) * _work_part(kernel, device, variant) + c.op_seconds(kernel)
 
     def output_cost(self, kernel: Kernel, device: Device) -> float:
         """Seconds a plan's launch of ``kernel`` spends more than a trial: first touches of its fresh outputs."""
@@ -201,7 +213,7 @@ class Calibrations:
         part = _work_part(kernel, device, variant)
         if not (math.isfinite(seconds) and seconds > 0 and part > 0):
             return
-        ratio = max(seconds - c.overhead, 0.1 * seconds) / part
+        ratio = max(seconds - c.overhead - c.op_seconds(kernel), 0.1 * seconds) / part
         if kernel.key not in c.kernels and len(c.kernels) >= KERNEL_LIMIT:
             del c.kernels[next(iter(c.kernels))]  # the oldest
         c.kernels.setdefault(kernel.key, Fit()).add(ratio)
@@ -276,9 +288,11 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     tiny, large = micro_kernels()[0].key, micro_kernels()[1].key
     kernels = {k: [DEFAULT_VARIANT] if k.key == tiny else family_variants(k, device)
                for k in micro_kernels() if device.supports(k)}
+    probes = [_elementwise(OP_PROBE, op) for op in ("add", *OP_PROBES)]
     batch = getattr(device, "compile_many", None)
-    if batch is not None:
-        batch([(k, v) for k, variants in kernels.items() for v in variants])
+    if batch is not None:  # one build of every micro-benchmark
+        batch([(k, v) for k, variants in kernels.items() for v in variants]
+              + [(k, family_variants(probes[1], device)[0]) for k in probes])
     for kernel, variants in kernels.items():
         try:
             bench = Bench(device, kernel)
@@ -301,6 +315,36 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                     calibrations.observe(kernel, device, variant, timing.median)
         finally:
             bench.close()
+    if device.supports(probes[0]):
+        for op, kernel in zip(OP_PROBES, probes[1:]):
+            c.ops[op] = 0.0
+            with contextlib.suppress(Exception):  # an op the device cannot run costs nothing extra
+                c.ops[op] = _op_cost(device, kernel, FRESH_PAIRS)
+
+
+OP_PROBE = 1 << 18
+"""Elements of each transcendental op's micro-benchmark (1 MiB: its cost, not memory, dominates)."""
+OP_PROBES = ("exp2", "log2", "sin", "cos", "sqrt", "recip")
+"""The transcendental ops kernels compute (``exp``, ``tanh``, ``erf`` are lowered to these and arithmetic)."""
+
+
+def _op_cost(device: Device, kernel: Kernel, pairs: int) -> float:
+    """Seconds per evaluation of ``kernel``'s one op more than an add's: the median difference of ``pairs``
+    launches of each on the same buffers, interleaved so that load drifts cancel."""
+    from engine.tuning.measure import Bench
+
+    variant = family_variants(kernel, device)[0]
+    op, add = (device.compile(k, variant) for k in (kernel, _elementwise(kernel.numel, "add")))
+    bench = Bench(device, kernel)
+    outs = [device.alloc(b) for b in kernel.output_types]
+    try:
+        device.launch(op, bench.inputs, outs)  # warm-ups
+        device.launch(add, bench.inputs, outs)
+        extra = [-device.launch(add, bench.inputs, outs) + device.launch(op, bench.inputs, outs) for _ in range(pairs)]
+    finally:
+        bench.free(outs)
+        bench.close()
+    return max(statistics.median(extra), 0.0) / kernel.numel
 
 
 def family_variants(kernel: Kernel, device: Device) -> list[Variant]:

@@ -10,6 +10,9 @@ import pytest
 
 from engine.devices import NumpyDevice
 from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.kernel.cost import op_counts
+from engine.kernel.ir import Kernel, Op, Reduce
+from engine.program.dtypes import DType
 from engine.tuning import CacheWarning
 from engine.tuning.calibrate import Calibrations, _work_part, family, family_variants, micro_kernels, shape
 from tests.test_autotune import matmul, row_sum
@@ -148,3 +151,37 @@ def test_executed_steps_refit_the_model_less_the_first_touches_trials_do_not_pay
     feed_back(c, Execution({}, tuple(1.0 for _ in c.plan.steps)))
     assert seen == [(s.kernel.key, 1.0 - 1e-9 * sum(b.nbytes for b in s.kernel.output_types))
                     for s in c.plan.launches()] != []
+
+
+F32 = DType.F32
+OP_COSTS = {"sin": 2e-8, "log2": 1e-8}
+
+
+class SlowOpsDevice(NumpyDevice):
+    """Launches take the nominal roofline plus a known cost per evaluation of ``sin`` and ``log2``."""
+
+    def __init__(self) -> None:
+        super().__init__(threads=1)
+        self.name = "slowops"
+
+    def launch(self, compiled, inputs, outputs):
+        k = compiled.kernel
+        return _work_part(k, self, DEFAULT_VARIANT) + sum(n * OP_COSTS.get(op, 0.0) for op, n in op_counts(k).items())
+
+
+def test_calibration_measures_each_transcendental_ops_cost_and_charges_it_per_evaluation():
+    device = SlowOpsDevice()
+    calibrations = Calibrations(persist=False)
+    fitted = calibrations.get(device)
+    assert fitted.ops["exp2"] < 1e-12 and fitted.ops["cos"] < 1e-12
+    for op, cost in OP_COSTS.items():
+        assert math.isclose(fitted.ops[op], cost, rel_tol=0.05)
+    k = row_sum(64, 4096)
+    sines = Kernel(k.inputs, k.shape, k.vars, Reduce("sum", k.reduce.vars, Op("sin", (k.reduce.body,), F32)),
+                   k.outputs)
+    measured = device.launch(device.compile(sines), [], [])
+    assert abs(math.log2(calibrations.predict(sines, device) / measured)) < 0.1
+    plain = row_sum(128, 4096)
+    before = calibrations.predict(plain, device)
+    calibrations.observe(sines, device, DEFAULT_VARIANT, measured)  # refits the reduce shape less the sines' cost
+    assert abs(math.log2(calibrations.predict(plain, device) / before)) < 0.1
