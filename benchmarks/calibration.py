@@ -8,6 +8,7 @@
 Each sample compiles with an empty cache (a fresh ``ZYX_EXPLORE_CACHE``: copy links, device calibration and
 tuning all measured again) under the default budget, runs and verifies.  Printed as Markdown tables:
 
+- per device: what its calibration (the micro-benchmarks on first use) costs, and its first-touch cost;
 - per sample: wall time (in process, imports excluded), tuning time vs budget, launches timed, plan predicted
   vs measured (the pipeline's one run, and the median of 3 more runs);
 - per device: the cost model's error |log2(predicted / measured)| over every (kernel, device) the tuner timed,
@@ -34,6 +35,7 @@ from engine.devices import discover
 from engine.pipeline import Compilation, Options, compile_program
 from engine.plan import execute
 from engine.tuning import OK
+from engine.tuning.calibrate import Calibrations
 
 
 def short(device: str) -> str:
@@ -101,6 +103,11 @@ def main() -> None:
     if args.gpu:
         devices = [d for d in devices if not d.name.startswith("opencl:") or getattr(d, "is_gpu", False)]
     print("devices:", ", ".join(d.name for d in devices))
+    print("\n| device | calibration | first touch of fresh outputs |\n|---|---|---|")
+    for d in devices:
+        start = time.perf_counter()
+        cal = Calibrations(persist=False).get(d)
+        print(f"| {short(d.name)} | {time.perf_counter() - start:.2f} s | {cal.fresh * 1e12:.3g} ps/byte |", flush=True)
     print("\n| sample | wall | tuning / budget | launches timed | plan predicted | measured (run) | measured "
           "(median of 3 more) | measured / predicted | verified |")
     print("|---|---|---|---|---|---|---|---|---|")

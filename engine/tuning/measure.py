@@ -84,10 +84,11 @@ class Timing:
 class Bench:
     """One kernel's inputs on one device, its reference outputs, and how to verify and time a compiled variant."""
 
-    def __init__(self, device: Device, kernel: Kernel, seed: int = 0) -> None:
+    def __init__(self, device: Device, kernel: Kernel, seed: int = 0, arrays: list[np.ndarray] | None = None) -> None:
+        """``arrays``: the inputs to use instead of ``sample_inputs`` (a benchmark that never verifies)."""
         self.device = device
         self.kernel = kernel
-        self.arrays = sample_inputs(kernel, seed)
+        self.arrays = sample_inputs(kernel, seed) if arrays is None else arrays
         self.inputs = [device.upload(a) for a in self.arrays]
         self._reference: list[np.ndarray] | None = None
         self.rtol, self.atol = tolerance(kernel)
