@@ -248,3 +248,18 @@ def test_kernels_whose_share_ended_before_their_first_launch_stay_predicted_not_
     assert all(math.isfinite(t) for t in c.kernel_times.values())
     n = len(c.plan.launches())
     assert n > 1 and c.plan.unmeasured == n - 1 and c.plan.coverage() == f"{n - 1} of {n} launches predicted only"
+
+
+def test_a_first_look_whose_variant_fails_goes_on_to_the_other_variants():
+    """The best predicted variant (here the default) does not build: the kernel is not given up as one that no
+    variant runs; its search goes on at once and the plan launches a variant that ran."""
+    class NoDefault(Slow):
+        def compile(self, kernel, variant=DEFAULT_VARIANT):
+            if variant == DEFAULT_VARIANT:
+                raise RuntimeError("the default does not build here")
+            return super().compile(kernel, variant)
+
+    device = NoDefault(name="nodefault", seconds=lambda v: 0.1)
+    c = _share_test(device)
+    assert not c.problems and c.plan.unmeasured == 0
+    assert all(s.variant != DEFAULT_VARIANT for s in c.plan.launches())
