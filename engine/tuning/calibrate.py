@@ -283,7 +283,8 @@ fresh one is always new pages (a smaller one may reuse freed heap memory, whose 
 
 
 def benchmark(device: Device, calibrations: Calibrations) -> None:
-    """Fit ``device``'s overhead and factors by timing the micro-benchmarks it supports (a second or two)."""
+    """Fit ``device``'s overhead, factors, first-touch and op costs by timing the micro-benchmarks it supports
+    (1-3 s per device on the shared 2-core machine)."""
     from engine.tuning.measure import Bench
 
     c = calibrations.by_device[device.name]
