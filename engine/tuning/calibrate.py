@@ -47,6 +47,8 @@ from engine.tuning.model import predict as roofline
 PRIOR = 2.0
 """Weight, in observations, of the level above when a level's factor is fitted."""
 TRANSCENDENTAL = frozenset({"exp2", "log2", "sin", "cos", "sqrt", "recip", "exp", "log", "tanh", "erf", "pow"})
+FORMAT = 2
+"""Of ``calibration.json``: 2 added first-touch and op costs and the variant families."""
 KERNEL_LIMIT = 2000
 """Per-kernel fits kept per device (the oldest are dropped first)."""
 
@@ -164,6 +166,8 @@ class Calibrations:
             return {}
         try:
             data = json.loads(self.path.read_text())
+            if isinstance(data, dict) and data.get("format") != FORMAT:
+                return {}  # fits of an older model (without the terms measured now): calibrating again
             devices = data["devices"]
             if not isinstance(devices, dict):
                 raise ValueError("'devices' is not an object")
@@ -234,7 +238,7 @@ class Calibrations:
         data.update({self._key(d): self.by_device[d.name].to_json() for d in devices})
         self._on_disk = data
         try:
-            write_atomic(self.path, json.dumps({"format": 1, "devices": data}, indent=1, sort_keys=True))
+            write_atomic(self.path, json.dumps({"format": FORMAT, "devices": data}, indent=1, sort_keys=True))
         except OSError as e:
             warnings.warn(CacheWarning(f"calibration {self.path} cannot be written ({e}); kept in memory"),
                           stacklevel=2)

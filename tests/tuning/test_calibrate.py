@@ -14,7 +14,15 @@ from engine.kernel.cost import op_counts
 from engine.kernel.ir import Kernel, Op, Reduce
 from engine.program.dtypes import DType
 from engine.tuning import CacheWarning
-from engine.tuning.calibrate import Calibrations, _work_part, family, family_variants, micro_kernels, shape
+from engine.tuning.calibrate import (
+    FORMAT,
+    Calibrations,
+    _work_part,
+    family,
+    family_variants,
+    micro_kernels,
+    shape,
+)
 from tests.test_autotune import matmul, row_sum
 
 
@@ -36,7 +44,19 @@ def test_a_corrupt_calibration_is_reported_and_fitted_again(tmp_path):
     (tmp_path / "calibration.json").write_text("{not json")
     with pytest.warns(CacheWarning, match="calibration"):
         c = Calibrations(tmp_path).get(NumpyDevice(threads=1))
-    assert c.observations > 0 and json.loads((tmp_path / "calibration.json").read_text())["format"] == 1
+    assert c.observations > 0 and json.loads((tmp_path / "calibration.json").read_text())["format"] == FORMAT
+
+
+def test_a_calibration_of_an_older_format_is_fitted_again_without_a_warning(tmp_path, recwarn):
+    device = NumpyDevice(threads=1)
+    Calibrations(tmp_path).get(device)
+    path = tmp_path / "calibration.json"
+    data = json.loads(path.read_text())
+    stored = next(iter(data["devices"].values()))
+    del stored["ops"], stored["fresh"], stored["families"]
+    path.write_text(json.dumps({**data, "format": 1}))
+    again = Calibrations(tmp_path).get(device)
+    assert again.ops and not recwarn.list and json.loads(path.read_text())["format"] == FORMAT
 
 
 def test_without_measurements_the_model_is_the_nominal_roofline():
