@@ -12,10 +12,11 @@ The bandwidth column counts each input read once and each output written once,
 as a fraction of a numpy copy measured in the same run.
 
 ``--gpu``: large workloads (8192^2 elementwise, softmax, layernorm, sum; 4096^3
-matmul) and every full-size sample on the first OpenCL GPU alone: the plan's
-kernel time (profiled events, data on the device), its bandwidth as a fraction
-of a device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and
-torch (CUDA, fp32, TF32 off) where torch is importable.
+matmul) and every full-size sample on the first OpenCL GPU plus the cuBLAS
+device where cupy finds a CUDA GPU (extraction chooses): the plan's kernel time
+(profiled events, data on the device), its bandwidth as a fraction of a
+device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and torch
+eager and ``torch.compile`` (CUDA, fp32, TF32 off) where torch is importable.
 
 ``--tinygrad``: tinygrad columns (the same primitive graph rebuilt from
 tinygrad Tensor ops, run under TinyJit, best of N after warm-up): CPU (clang)
@@ -36,7 +37,7 @@ import numpy as np
 
 import sample_graphs
 from engine import Init, Program, Tensor, from_tensors, load
-from engine.devices import LibraryDevice, NumpyDevice
+from engine.devices import LibraryDevice, NumpyDevice, cuda_blas
 from engine.devices.base import Device
 from engine.devices.native import discover as native_devices
 from engine.pipeline import Options, compile_program, run
@@ -328,13 +329,20 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
     src.release()
     dst.release()
     print(f"clEnqueueCopyBuffer of 1 GiB: {copy / 1e9:.0f} GB/s (read + write)\n")
+    notes: list[str] = []
+    devices = [gpu, *cuda_blas.discover(notes)]
+    print("devices:", ", ".join(d.name for d in devices), *notes)
+    for d in devices[1:]:
+        print(f"{d.name} ({d.driver_version}): host<->GPU copies measured {d.transfer.latency * 1e6:.0f} us + "
+              f"{d.transfer.bandwidth / 1e9:.1f} GB/s")
     torch = _torch()
     tg = []
     if args.tinygrad:
         tg = [("tinygrad CUDA", "CUDA", 0), ("tinygrad CL", "CL", 0)]
         if args.beam:
             tg.append((f"tinygrad CUDA BEAM={args.beam}", "CUDA", args.beam))
-    head = ["workload", "ours ms", "GB/s", "% copy", "kernels' GB/s (% copy)", "GFLOP/s", "torch ms", "torch/ours", "tune s", "kernels"]
+    head = ["workload", "ours ms", "GB/s", "% copy", "kernels' GB/s (% copy)", "GFLOP/s", "torch ms", "torch/ours",
+            "torch.compile ms", "compile/ours", "tune s", "kernels"]
     head += [f"{name} ms" for name, _, _ in tg] + ["tinygrad/ours"] * bool(tg)
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
@@ -344,14 +352,15 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
     details: list[str] = []
     for label, program, kind in work:
         inputs = program.input_values()
-        ours = measure_plan(program, [gpu], inputs, budget, args.repeats, kernels_only=True)
+        ours = measure_plan(program, devices, inputs, budget, args.repeats, kernels_only=True)
         f = flops(program)
         theirs = _torch_time(torch, kind, inputs, args.repeats) if torch and kind else None
+        compiled = _torch_time(torch, kind, inputs, args.repeats, compiled=True) if torch and kind else None
         row = [label, ms(ours.seconds) + ours.note, f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
                f"{100 * io_bytes(program) / ours.seconds / copy:.0f}%" if kind in BANDWIDTH_BOUND else "-",
                f"{ours.moved / ours.seconds / 1e9:.0f} ({100 * ours.moved / ours.seconds / copy:.0f}%)",
                f"{f / ours.seconds / 1e9:.0f}" if f and kind in ("matmul", "") else "-", ms(theirs), ratio(theirs, ours.seconds),
-               f"{ours.tune_seconds:.1f}", ours.kernels]
+               ms(compiled), ratio(compiled, ours.seconds), f"{ours.tune_seconds:.1f}", ours.kernels]
         peer = []
         for _, device, beam in tg:
             seconds, _, error = tinygrad_time(program.lower(), inputs, device, args.repeats, beam)
@@ -382,8 +391,8 @@ def _torch():
     return torch
 
 
-def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int) -> float:
-    """Best CUDA-event seconds of ``kind`` written as plain torch (fp32)."""
+def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int, compiled: bool = False) -> float:
+    """Best CUDA-event seconds of ``kind`` written as plain torch (fp32), eager or through ``torch.compile``."""
     t = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()}
     fns = {
         "elementwise": lambda: (t["x"] * 2 + 1).relu() * t["x"] - torch.exp(-t["x"]),
@@ -392,7 +401,7 @@ def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int
         "sum": lambda: t["x"].sum(),
         "matmul": lambda: t["a"] @ t["b"],
     }
-    fn = fns[kind]
+    fn = torch.compile(fns[kind]) if compiled else fns[kind]
     fn()
     torch.cuda.synchronize()
     best = float("inf")
