@@ -45,6 +45,7 @@ from engine.plan import Launch, execute
 from engine.program.primitives import PrimGraph
 from engine.program.reference import evaluate
 from engine.tuning import Budget
+from engine.tuning.links import measure as measure_link
 
 BANDWIDTH_BOUND = ("elementwise", "softmax", "layernorm", "sum")
 
@@ -332,9 +333,10 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
     notes: list[str] = []
     devices = [gpu, *cuda_blas.discover(notes)]
     print("devices:", ", ".join(d.name for d in devices), *notes)
-    for d in devices[1:]:
-        print(f"{d.name} ({d.driver_version}): host<->GPU copies measured {d.transfer.latency * 1e6:.0f} us + "
-              f"{d.transfer.bandwidth / 1e9:.1f} GB/s")
+    for d in devices:
+        link = measure_link(d)
+        print(f"{d.name} ({d.driver_version}): host<->device copies measured {link.overhead * 1e6:.0f} us + "
+              f"{link.bandwidth / 1e9:.1f} GB/s (pageable numpy arrays)")
     torch = _torch()
     tg = []
     if args.tinygrad:
@@ -354,8 +356,8 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         inputs = program.input_values()
         ours = measure_plan(program, devices, inputs, budget, args.repeats, kernels_only=True)
         f = flops(program)
-        theirs = _torch_time(torch, kind, inputs, args.repeats) if torch and kind else None
-        compiled = _torch_time(torch, kind, inputs, args.repeats, compiled=True) if torch and kind else None
+        theirs = _torch_time(torch, kind or program, inputs, args.repeats) if torch else None
+        compiled = _torch_time(torch, kind or program, inputs, args.repeats, compiled=True) if torch else None
         row = [label, ms(ours.seconds) + ours.note, f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
                f"{100 * io_bytes(program) / ours.seconds / copy:.0f}%" if kind in BANDWIDTH_BOUND else "-",
                f"{ours.moved / ours.seconds / 1e9:.0f} ({100 * ours.moved / ours.seconds / copy:.0f}%)",
@@ -375,6 +377,11 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         print("\nkernels:\n" + "\n".join(details))
 
 
+TORCH_OPS = frozenset({"matmul", "add", "sub", "mul", "relu", "gelu", "silu", "exp", "reshape", "permute", "attention",
+                       "rmsnorm", "softmax", "layernorm", "conv2d", "sum", "mean", "max"})
+"""The sample ops ``_torch_program`` translates."""
+
+
 def _torch():
     try:
         import torch
@@ -391,8 +398,35 @@ def _torch():
     return torch
 
 
-def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int, compiled: bool = False) -> float:
-    """Best CUDA-event seconds of ``kind`` written as plain torch (fp32), eager or through ``torch.compile``."""
+def _torch_program(torch, program: Program, t: Mapping[str, object]) -> Callable[[], object]:
+    """``program``'s ops as the torch calls a user would write (F.scaled_dot_product_attention, F.conv2d, ...)."""
+    F = torch.nn.functional  # noqa: N806
+    ops = {
+        "matmul": lambda a, b: a @ b, "add": torch.add, "sub": torch.sub, "mul": torch.mul, "relu": torch.relu,
+        "gelu": F.gelu, "silu": F.silu, "exp": torch.exp,
+        "reshape": lambda x, shape: x.reshape(shape), "permute": lambda x, axes: x.permute(axes),
+        "attention": lambda q, k, v, scale: F.scaled_dot_product_attention(q, k, v, scale=scale),
+        "rmsnorm": lambda x, w, axis, eps: F.rms_norm(x, x.shape[axis:], w, eps),
+        "softmax": lambda x, axis: torch.softmax(x, axis),
+        "layernorm": lambda x, w, b, axis, eps: F.layer_norm(x, x.shape[axis:], w, b, eps),
+        "conv2d": lambda x, w, b, stride, padding, dilation, groups: F.conv2d(x, w, b, stride, padding, dilation, groups),
+        "sum": lambda x, axes, keepdim: x.sum(axes, keepdim), "mean": lambda x, axes, keepdim: x.mean(axes, keepdim),
+        "max": lambda x, axes, keepdim: x.amax(axes, keepdim),
+    }
+
+    def fn() -> tuple:
+        v = dict(t)
+        for node in program.nodes:
+            v[node.id] = ops[node.op](*(v[a] for a in node.args), **node.attrs)
+        return tuple(v[o] for o in program.outputs)
+
+    return fn
+
+
+def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int,
+                compiled: bool = False) -> float | None:
+    """Best CUDA-event seconds of ``kind`` written as plain torch (fp32), eager or through ``torch.compile``;
+    a sample program through ``_torch_program`` (None when it uses an op that has no translation there)."""
     t = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()}
     fns = {
         "elementwise": lambda: (t["x"] * 2 + 1).relu() * t["x"] - torch.exp(-t["x"]),
@@ -401,6 +435,11 @@ def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int
         "sum": lambda: t["x"].sum(),
         "matmul": lambda: t["a"] @ t["b"],
     }
+    if isinstance(kind, Program):
+        if any(n.op not in TORCH_OPS for n in kind.nodes):
+            return None
+        fns = {"": _torch_program(torch, kind, t)}
+        kind = ""
     fn = torch.compile(fns[kind]) if compiled else fns[kind]
     fn()
     torch.cuda.synchronize()

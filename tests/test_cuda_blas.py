@@ -1,5 +1,6 @@
-"""The cuBLAS device: discovery without cupy, the matmul mapping (run on numpy standing in for cupy, so CI checks
-it without a GPU), extraction choosing it by its costs, and on a real CUDA GPU the math (TF32 off)."""
+"""The CUDA device: discovery without cupy, the matmul mapping and its epilogues (run on numpy standing in for
+cupy and for NVRTC's kernels, so CI checks them without a GPU), extraction choosing it by its costs, and on a
+real CUDA GPU the math (TF32 off), NVRTC's kernels and whole plans."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import types
 import numpy as np
 import pytest
 
-from engine import Tensor, from_tensors
+import sample_graphs
+from engine import Tensor, from_tensors, load
 from engine.devices import cuda_blas
 from engine.devices.numpy_device import NumpyDevice
-from engine.kernel.ir import Acc
 from engine.pipeline import Options, compile_program
+from engine.tuning.links import Link
 
 
 class _Event:
@@ -43,8 +45,19 @@ def _numpy_as_cupy() -> types.SimpleNamespace:
                                  asnumpy=np.asarray, matmul=np.matmul, lib=np.lib)
 
 
+class _HostCublas(cuda_blas.CublasDevice):
+    """The device's logic on the host: numpy as cupy, and NVRTC's kernels run by the numpy device instead."""
+
+    def _build(self, kernel, variant):
+        host = NumpyDevice()
+        compiled = host.compile(kernel)
+        n = len(kernel.inputs)
+        return cuda_blas.Elementwise(kernel, variant,
+                                     lambda grid, block, args: host.launch(compiled, list(args[:n]), list(args[n:])))
+
+
 def _host_cublas(seconds_per_byte: float = 0.0) -> cuda_blas.CublasDevice:
-    return cuda_blas.CublasDevice(_numpy_as_cupy(), 0, "fake", cuda_blas.Transfer(0.0, 1 / max(seconds_per_byte, 1e-30)))
+    return _HostCublas(_numpy_as_cupy(), 0, "fake", Link(0.0, 1 / max(seconds_per_byte, 1e-30)))
 
 
 def _program(kind: str):
@@ -86,16 +99,33 @@ def test_transfers_that_cost_more_than_the_work_keep_the_plan_on_the_host():
     assert {s.device for s in c.plan.launches()} == {"numpy"}
 
 
-def test_an_epilogue_is_not_a_library_kernel():
-    a = Tensor.input("a", (8, 4))
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_a_matmul_with_an_epilogue_runs_on_the_device_and_verifies(activation):
+    x = Tensor.input("x", (16, 32))
+    w = Tensor.input("w", (32, 24))
+    bias = Tensor.input("bias", (24,))
+    device = _host_cublas()
+    y = getattr(x @ w + bias, activation)()
+    c = compile_program(from_tensors({"y": y}), [NumpyDevice(), device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+    launched = c.plan.launches()
+    assert {s.device for s in launched} == {device.name}
+    epilogues = [cuda_blas.as_matmul(s.kernel).epilogue for s in launched if s.kernel.reduce is not None]
+    assert epilogues and all(e is not None and e.reduce is None for e in epilogues)
+
+
+def test_size_one_axes_and_reduce_free_kernels_are_taken():
+    a = Tensor.input("a", (8, 1, 4))
     b = Tensor.input("b", (4, 8))
     device = _host_cublas()
-    c = compile_program(from_tensors({"y": (a @ b).relu()}), [NumpyDevice(), device], Options(tune=False))
-    assert c.verification.ok
-    for step in c.plan.launches():  # a kernel with relu after the reduce is refused; a bare matmul is taken
-        k = step.kernel
-        assert device.supports(k) == (k.reduce is not None and k.outputs == (Acc(k.reduce.dtype),))
-        assert step.device != device.name or device.supports(k)
+    assert device.supports(_kernels(a.exp())[0])
+    (k,) = _kernels(a @ b)
+    assert k.shape.count(1) and device.supports(k)
+
+
+def _kernels(t):
+    c = compile_program(from_tensors({"y": t}), [NumpyDevice()], Options(tune=False, tune_cache=False, execute=False))
+    return [s.kernel for s in c.plan.launches()]
 
 
 def _cupy():
@@ -123,3 +153,25 @@ def test_on_the_gpu_fp32_math_is_not_tf32():
     exact = values["a"].astype(np.float64) @ values["b"].astype(np.float64)
     err = np.abs(device.download(out, k.kernel.output_types[0]) - exact).max() / np.abs(exact).max()
     assert err < 1e-5  # TF32 (10-bit mantissa) gives ~1e-3
+
+
+@pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
+@pytest.mark.parametrize("sample", ["mlp.small", "gelu_ffn.small", "swiglu_mlp.small", "elementwise.small"])
+def test_on_the_gpu_each_kernel_matches_the_numpy_device_and_plans_verify(sample):
+    (device,) = cuda_blas.discover()[:1]
+    program = load(sample_graphs.path(sample))
+    host = NumpyDevice()
+    c = compile_program(program, [host], Options(tune=False, tune_cache=False, execute=False))
+    rng = np.random.default_rng(0)
+    ran = 0
+    for k in (s.kernel for s in c.plan.launches() if device.supports(s.kernel)):
+        ins = [rng.standard_normal(b.numel).astype(b.dtype.numpy) for b in k.inputs]
+        want = [np.full(b.numel, np.nan, b.dtype.numpy) for b in k.output_types]
+        host.launch(host.compile(k), ins, want)
+        got = [device.alloc(b) for b in k.output_types]
+        device.launch(device.compile(k), [device.upload(x) for x in ins], got)
+        for g, w, b in zip(got, want, k.output_types):
+            np.testing.assert_allclose(device.download(g, b).reshape(-1), w, rtol=1e-4, atol=1e-4)
+        ran += 1
+    assert ran
+    assert compile_program(program, [host, device], Options(tune=False, tune_cache=False)).verification.ok

@@ -1,20 +1,23 @@
-"""cuBLAS through cupy on a CUDA GPU: the library device for matmul-shaped kernels, with its own memory pool.
+"""A CUDA GPU through cupy: cuBLAS for matmul-shaped kernels, NVRTC for elementwise ones, one memory pool.
 
-It runs what the host BLAS device runs, a kernel whose reduce is ``sum(a * b)``
-of two affine float32 loads, as one batched ``cupy.matmul`` (cuBLAS SGEMM), and
-only when the kernel's output is that sum itself (no epilogue).  Its buffers
-are cupy arrays in the pool ``cuda:<index>``; moving them to or from the host
-costs what ``measure_transfer`` timed at discovery.  TF32 stays off: cupy uses
-TF32 only when ``CUPY_TF32`` is set, and the device is not offered then.
-Absent, with a note, where cupy or a CUDA device is missing.
+A kernel whose reduce is ``sum(a * b)`` of two affine float32 loads runs as
+one batched ``cupy.matmul`` (cuBLAS SGEMM); when its outputs do more than
+store that sum (bias, activation, residual), the matmul writes a scratch
+buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.cuda``,
+reads it.  Reduce-free kernels run from that source alone.  Buffers are flat
+cupy arrays in the pool ``cuda:<index>``; what copies to and from the host cost
+is measured by ``engine.tuning.links`` like any pool's (``transfer_estimate``
+is the nominal figure used before that).  A copy to an OpenCL pool on the same
+GPU goes through the host.  TF32 stays off: cupy uses TF32 only when
+``CUPY_TF32`` is set, and the device is not offered then.  Absent, with a
+note, where cupy or a CUDA device is missing.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,21 +25,26 @@ import numpy as np
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.evaluate import Plan, plan
 from engine.devices.numpy_device import contraction
+from engine.kernel import cuda
+from engine.kernel.index import flatten, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load
+from engine.kernel.ir import replace as replace_nodes
 from engine.program.dtypes import DType
+from engine.tuning.links import Link
 
 NO_CUDA = "install cupy for the CUDA runtime of the machine (`pip install cupy-cuda12x` or `cupy-cuda13x`)"
+NOMINAL_LINK = Link(20e-6, 4e9)
+"""Host<->GPU copies of pageable numpy arrays before ``engine.tuning.links`` measures them (an H200 measured
+22 us + 4.6 GB/s)."""
 
 
 @dataclass(frozen=True)
-class Transfer:
-    """Host<->GPU copy cost as measured: ``latency`` seconds per copy plus bytes over ``bandwidth`` (bytes/s)."""
+class Elementwise:
+    """A kernel (an elementwise one, or a matmul's epilogue) built by NVRTC."""
 
-    latency: float
-    bandwidth: float
-
-    def seconds(self, nbytes: int) -> float:
-        return self.latency + nbytes / self.bandwidth
+    kernel: Kernel
+    variant: Variant
+    function: Any
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,8 @@ class Matmul:
 
     ``a`` and ``b`` are the factor loads; each axis list holds axis numbers of the split kernel (global axes
     first, then reduce axes); ``order`` is the global axes in the matmul result's order (batch, m, n).
+    ``epilogue`` is the kernel that turns the matmul's result (its last input) into the outputs, when they
+    are more than that result.
     """
 
     kernel: Kernel
@@ -57,14 +67,33 @@ class Matmul:
     n: tuple[int, ...]
     k: tuple[int, ...]
     order: tuple[int, ...]
+    epilogue: Kernel | None
+    built: Elementwise | None = None
+    """The epilogue as compiled (``CublasDevice.compile``)."""
+
+
+def epilogue(kernel: Kernel) -> Kernel | None:
+    """``kernel``'s outputs as a reduce-free kernel reading the reduce's result from an extra last input (None
+    when the outputs are that result itself)."""
+    red = kernel.reduce
+    assert red is not None
+    if kernel.outputs == (Acc(red.dtype),):
+        return None
+    acc = Load(len(kernel.inputs), flatten([var(v) for v in kernel.vars], kernel.shape), kernel.numel, red.dtype)
+    outputs = replace_nodes(list(kernel.outputs), {Acc(red.dtype): acc})
+    return Kernel((*kernel.inputs, Buffer(kernel.shape, red.dtype)), kernel.shape, kernel.vars, None, tuple(outputs))
 
 
 def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | None:
-    """``kernel`` as one batched matmul, or None: not a float32 contraction, an epilogue after the reduce, or a
-    global axis that neither factor reads (its output would be a broadcast) or a reduce axis only one reads."""
-    if kernel.stages or kernel.reduce is None or kernel.outputs != (Acc(kernel.reduce.dtype),):
+    """``kernel`` as one batched matmul (and an epilogue), or None: not a float32 contraction, an epilogue
+    without CUDA source, a global axis that neither factor reads (its output would be a broadcast) or a reduce
+    axis only one reads."""
+    if kernel.stages or kernel.reduce is None or kernel.reduce.dtype != DType.F32:
         return None
-    if kernel.reduce.dtype != DType.F32 or any(b.dtype != DType.F32 for b in (*kernel.inputs, *kernel.output_types)):
+    after = epilogue(kernel)
+    if after is not None and cuda.cuda_error(after) is not None:
+        return None
+    if any(b.dtype != DType.F32 for b in kernel.inputs):
         return None
     p = plan(kernel)
     if p.factors is None:
@@ -75,33 +104,36 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
     a, b = loads
     axes = sorted(p.axes, key=p.axes.get)
     ng = len(p.kernel.vars)
-    uses = [(a.index.coefficient(v) != 0, b.index.coefficient(v) != 0) for v in axes]
+    # a size-1 global axis is read by neither factor: count it as a's (an m axis of size 1)
+    uses = [(a.index.coefficient(v) != 0 or (i < ng and v.size == 1), b.index.coefficient(v) != 0)
+            for i, v in enumerate(axes)]
     if any(ua != ub for ua, ub in uses[ng:]) or not all(ua or ub for ua, ub in uses[:ng]):
         return None
     batch = tuple(i for i in range(ng) if all(uses[i]))
     m = tuple(i for i in range(ng) if uses[i] == (True, False))
     n = tuple(i for i in range(ng) if uses[i] == (False, True))
     k = tuple(i for i in range(ng, len(axes)) if uses[i][0])
-    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n)
+    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after)
 
 
 class CublasDevice:
-    """cuBLAS SGEMM (TF32 off) through ``cupy.matmul`` on one CUDA device; its buffers are flat cupy arrays."""
+    """cuBLAS SGEMM (TF32 off) through ``cupy.matmul`` and NVRTC kernels on one CUDA device; its buffers are
+    flat cupy arrays."""
 
     is_gpu = True
     launch_overhead = 8e-6
-    """Nominal seconds per launch (a cupy call and its cuBLAS dispatch); autotuning measures real launches."""
+    """Nominal seconds per launch (a cupy call and its dispatch); autotuning measures real launches."""
     flops = 50e12
-    """Nominal fp32 flop/s (no tensor cores) of an H100/H200-class GPU."""
+    """Nominal fp32 flop/s (no tensor cores): cuBLAS measured 50.7 TFLOP/s at 4096^3 on an H200."""
     bandwidth = 3e12
     """Nominal bytes/s of its memory."""
 
-    def __init__(self, cp: Any, index: int, label: str, transfer: Transfer) -> None:
+    def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK) -> None:
         self._cp = cp
         self.index = index
         self.name = f"cublas:{label}"
         self.pool = f"cuda:{index}"
-        self.transfer = transfer
+        self.link = link
         self.driver_version = f"cupy {cp.__version__} cuda {cp.cuda.runtime.runtimeGetVersion()}"
         self._plans: dict[str, Matmul | None] = {}
 
@@ -111,12 +143,20 @@ class CublasDevice:
         return self._plans[kernel.key]
 
     def supports(self, kernel: Kernel) -> bool:
-        return self._matmul(kernel) is not None
+        return cuda.cuda_error(kernel) is None or self._matmul(kernel) is not None
 
-    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul:
+    def _build(self, kernel: Kernel, variant: Variant) -> Elementwise:
+        code, name = cuda.source(kernel)
+        with self._cp.cuda.Device(self.index):
+            return Elementwise(kernel, variant, self._cp.RawModule(code=code).get_function(name))
+
+    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Elementwise:
+        if cuda.cuda_error(kernel) is None:
+            return self._build(kernel, variant)
         found = self._matmul(kernel)
-        assert found is not None, "not a matmul-shaped kernel"
-        return Matmul(**{**found.__dict__, "variant": variant})
+        assert found is not None, "neither a matmul-shaped nor an elementwise kernel"
+        built = None if found.epilogue is None else self._build(found.epilogue, variant)
+        return replace(found, variant=variant, built=built)
 
     def alloc(self, buffer: Buffer) -> Any:
         with self._cp.cuda.Device(self.index):
@@ -156,13 +196,26 @@ class CublasDevice:
         c = cp.matmul(am, bm).reshape([sizes[i] for i in mm.order])
         out.reshape(sizes[:ng])[...] = c.transpose(np.argsort(mm.order))
 
-    def launch(self, compiled: Matmul, inputs: list[Any], outputs: list[Any]) -> float:
-        """Run the matmul and return its GPU time (CUDA events around it)."""
+    def _elementwise(self, e: Elementwise, args: list[Any]) -> None:
+        n = e.kernel.numel
+        if n:
+            e.function(((n + cuda.BLOCK - 1) // cuda.BLOCK,), (cuda.BLOCK,), tuple(args))
+
+    def launch(self, compiled: Matmul | Elementwise, inputs: list[Any], outputs: list[Any]) -> float:
+        """Run the kernel (matmul, then its epilogue) and return its GPU time (CUDA events around it)."""
         cp = self._cp
         with cp.cuda.Device(self.index):
             start, end = cp.cuda.Event(), cp.cuda.Event()
+            after = None if isinstance(compiled, Elementwise) else compiled.built
+            acc = cp.empty(compiled.kernel.numel, np.float32) if after is not None else None
             start.record()
-            self._run(compiled, inputs, outputs[0])
+            if isinstance(compiled, Elementwise):
+                self._elementwise(compiled, [*inputs, *outputs])
+            elif after is None:
+                self._run(compiled, inputs, outputs[0])
+            else:
+                self._run(compiled, inputs, acc)
+                self._elementwise(after, [*inputs, acc, *outputs])
             end.record()
             end.synchronize()
             return cp.cuda.get_elapsed_time(start, end) * 1e-3
@@ -174,27 +227,11 @@ class CublasDevice:
         return self.launch_overhead + max(2 * kernel.numel * red / self.flops, nbytes / self.bandwidth)
 
     def transfer_estimate(self, nbytes: int) -> float:
-        return self.transfer.seconds(nbytes)
-
-
-def measure_transfer(cp: Any, nbytes: int = 64 << 20, repeats: int = 3) -> Transfer:
-    """Host<->GPU copy cost of ordinary (pageable) numpy arrays: best of ``repeats`` uploads and downloads of
-    ``nbytes`` and of 4 bytes (the latency), averaged over the two directions."""
-    def best(n: int) -> float:
-        host = np.ones(n // 4, np.float32)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            cp.asnumpy(cp.asarray(host))
-            times.append(time.perf_counter() - start)
-        return min(times) / 2
-
-    latency = best(4)
-    return Transfer(latency, nbytes / max(best(nbytes) - latency, 1e-9))
+        return self.link.seconds(nbytes)
 
 
 def discover(notes: list[str] | None = None) -> list[CublasDevice]:
-    """One cuBLAS device per CUDA device; an empty list (never an error) and a note saying why when cupy, a CUDA
+    """One device per CUDA device; an empty list (never an error) and a note saying why when cupy, a CUDA
     device or its runtime is missing, or when ``CUPY_TF32`` would let cuBLAS round fp32 inputs to TF32."""
     why = ""
     try:
@@ -208,9 +245,8 @@ def discover(notes: list[str] | None = None) -> list[CublasDevice]:
         else:
             try:
                 for i in range(cp.cuda.runtime.getDeviceCount()):
-                    with cp.cuda.Device(i):
-                        label = cp.cuda.runtime.getDeviceProperties(i)["name"].decode()
-                        devices.append(CublasDevice(cp, i, label, measure_transfer(cp)))
+                    label = cp.cuda.runtime.getDeviceProperties(i)["name"].decode()
+                    devices.append(CublasDevice(cp, i, label))
             except Exception as e:  # no driver, no device
                 why = f"no CUDA device ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
             if not devices and not why:
