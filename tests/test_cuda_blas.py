@@ -175,3 +175,12 @@ def test_on_the_gpu_each_kernel_matches_the_numpy_device_and_plans_verify(sample
         ran += 1
     assert ran
     assert compile_program(program, [host, device], Options(tune=False, tune_cache=False)).verification.ok
+
+
+def test_a_small_matmul_is_priced_as_a_whole_wave_of_tiles():
+    device = _host_cublas()
+    (small,) = _kernels(Tensor.input("a", (256, 256)) @ Tensor.input("b", (256, 256)))
+    (large,) = _kernels(Tensor.input("a", (4096, 4096)) @ Tensor.input("b", (4096, 4096)))
+    peak = [2 * k.numel * k.reduce.size / device.flops for k in (small, large)]
+    assert device.estimate(small) - device.launch_overhead > 20 * peak[0]  # 4 tiles on 132 multiprocessors
+    assert device.estimate(large) - device.launch_overhead < 1.1 * peak[1]

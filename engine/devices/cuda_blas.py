@@ -116,6 +116,18 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
     return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after)
 
 
+def _sizes(mm: Matmul) -> list[int]:
+    """Sizes of the split kernel's axes (global, then reduce)."""
+    return [v.size for v in sorted(mm.split.axes, key=mm.split.axes.get)]
+
+
+def _dims(mm: Matmul) -> tuple[int, int, int, int]:
+    """The batched matmul's (batch, m, k, n)."""
+    sizes = _sizes(mm)
+    batch, m, k, n = (math.prod(sizes[i] for i in g) for g in (mm.batch, mm.m, mm.k, mm.n))
+    return batch, m, k, n
+
+
 class CublasDevice:
     """cuBLAS SGEMM (TF32 off) through ``cupy.matmul`` and NVRTC kernels on one CUDA device; its buffers are
     flat cupy arrays."""
@@ -127,10 +139,14 @@ class CublasDevice:
     """Nominal fp32 flop/s (no tensor cores): cuBLAS measured 50.7 TFLOP/s at 4096^3 on an H200."""
     bandwidth = 3e12
     """Nominal bytes/s of its memory."""
+    tile = 128
+    """Side of the output tile one multiprocessor computes at a time (the roofline counts waves of tiles)."""
 
-    def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK) -> None:
+    def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK, units: int = 132) -> None:
         self._cp = cp
         self.index = index
+        self.units = units
+        """Multiprocessors."""
         self.name = f"cublas:{label}"
         self.pool = f"cuda:{index}"
         self.link = link
@@ -181,17 +197,17 @@ class CublasDevice:
 
     def _run(self, mm: Matmul, inputs: list[Any], out: Any) -> None:
         cp = self._cp
-        sizes = [v.size for v in sorted(mm.split.axes, key=mm.split.axes.get)]
-        dims = [math.prod(sizes[i] for i in g) for g in (mm.batch, mm.m, mm.k, mm.n)]
+        sizes = _sizes(mm)
+        batch, m, k, n = _dims(mm)
         av = self._view(inputs[mm.a.input], mm.a, mm)
         bv = self._view(inputs[mm.b.input], mm.b, mm)
         rest_a = tuple(i for i in range(len(sizes)) if i not in (*mm.batch, *mm.m, *mm.k))
         rest_b = tuple(i for i in range(len(sizes)) if i not in (*mm.batch, *mm.k, *mm.n))
-        am = av.transpose(mm.batch + mm.m + mm.k + rest_a).reshape(dims[0], dims[1], dims[2])
-        bm = bv.transpose(mm.batch + mm.k + mm.n + rest_b).reshape(dims[0], dims[2], dims[3])
+        am = av.transpose(mm.batch + mm.m + mm.k + rest_a).reshape(batch, m, k)
+        bm = bv.transpose(mm.batch + mm.k + mm.n + rest_b).reshape(batch, k, n)
         ng = len(mm.split.kernel.vars)
         if mm.order == tuple(range(ng)):
-            cp.matmul(am, bm, out=out.reshape(dims[0], dims[1], dims[3]))
+            cp.matmul(am, bm, out=out.reshape(batch, m, n))
             return
         c = cp.matmul(am, bm).reshape([sizes[i] for i in mm.order])
         out.reshape(sizes[:ng])[...] = c.transpose(np.argsort(mm.order))
@@ -208,7 +224,7 @@ class CublasDevice:
             start, end = cp.cuda.Event(), cp.cuda.Event()
             after = None if isinstance(compiled, Elementwise) else compiled.built
             acc = cp.empty(compiled.kernel.numel, np.float32) if after is not None else None
-            start.record()
+            start.record()  # cupy's host work before the GEMM is in the window (a few us; tiny launches show it)
             if isinstance(compiled, Elementwise):
                 self._elementwise(compiled, [*inputs, *outputs])
             elif after is None:
@@ -221,10 +237,17 @@ class CublasDevice:
             return cp.cuda.get_elapsed_time(start, end) * 1e-3
 
     def estimate(self, kernel: Kernel) -> float:
-        """Roofline: the matmul's flops at ``flops`` or its buffers' bytes at ``bandwidth``, plus the launch."""
+        """Roofline plus the launch: a matmul's flops in waves of ``tile``-square output tiles, one per
+        multiprocessor at ``flops / units`` (a small matmul leaves most of them idle), or its buffers' bytes at
+        ``bandwidth``; an elementwise kernel's bytes."""
         nbytes = sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
-        red = kernel.reduce.size if kernel.reduce is not None else 1
-        return self.launch_overhead + max(2 * kernel.numel * red / self.flops, nbytes / self.bandwidth)
+        seconds = nbytes / self.bandwidth
+        mm = self._matmul(kernel) if kernel.reduce is not None else None
+        if mm is not None:
+            batch, m, k, n = _dims(mm)
+            waves = math.ceil(batch * math.ceil(m / self.tile) * math.ceil(n / self.tile) / self.units)
+            seconds = max(seconds, waves * 2 * self.tile * self.tile * k * self.units / self.flops)
+        return self.launch_overhead + seconds
 
     def transfer_estimate(self, nbytes: int) -> float:
         return self.link.seconds(nbytes)
@@ -245,8 +268,8 @@ def discover(notes: list[str] | None = None) -> list[CublasDevice]:
         else:
             try:
                 for i in range(cp.cuda.runtime.getDeviceCount()):
-                    label = cp.cuda.runtime.getDeviceProperties(i)["name"].decode()
-                    devices.append(CublasDevice(cp, i, label))
+                    props = cp.cuda.runtime.getDeviceProperties(i)
+                    devices.append(CublasDevice(cp, i, props["name"].decode(), units=props["multiProcessorCount"]))
             except Exception as e:  # no driver, no device
                 why = f"no CUDA device ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
             if not devices and not why:
