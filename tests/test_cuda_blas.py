@@ -13,9 +13,11 @@ import pytest
 import sample_graphs
 from engine import Tensor, from_tensors, load
 from engine.devices import cuda_blas
+from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.numpy_device import NumpyDevice
 from engine.pipeline import Options, compile_program
 from engine.tuning.links import Link
+from engine.tuning.space import seeds
 
 
 class _Event:
@@ -123,6 +125,16 @@ def test_size_one_axes_and_reduce_free_kernels_are_taken():
     assert k.shape.count(1) and device.supports(k)
 
 
+def test_variants_apply_to_elementwise_kernels_and_epilogues_not_to_a_bare_gemm():
+    device = _host_cublas()
+    x = Tensor.input("x", (64, 64))
+    (bare,) = _kernels(x @ Tensor.input("w", (64, 64)))
+    (elementwise,) = _kernels(x.exp())
+    upcast, group = Variant(local_size=256, upcast=4), Variant(group=256)
+    assert device.variant_error(bare, DEFAULT_VARIANT) is None and device.variant_error(bare, upcast)
+    assert device.variant_error(elementwise, upcast) is None and device.variant_error(elementwise, group)
+
+
 def _kernels(t):
     c = compile_program(from_tensors({"y": t}), [NumpyDevice()], Options(tune=False, tune_cache=False, execute=False))
     return [s.kernel for s in c.plan.launches()]
@@ -168,11 +180,12 @@ def test_on_the_gpu_each_kernel_matches_the_numpy_device_and_plans_verify(sample
         ins = [rng.standard_normal(b.numel).astype(b.dtype.numpy) for b in k.inputs]
         want = [np.full(b.numel, np.nan, b.dtype.numpy) for b in k.output_types]
         host.launch(host.compile(k), ins, want)
-        got = [device.alloc(b) for b in k.output_types]
-        device.launch(device.compile(k), [device.upload(x) for x in ins], got)
-        for g, w, b in zip(got, want, k.output_types):
-            np.testing.assert_allclose(device.download(g, b).reshape(-1), w, rtol=1e-4, atol=1e-4)
-        ran += 1
+        for v in [v for v in seeds(k, True) if device.variant_error(k, v) is None]:
+            got = [device.upload(np.full(b.numel, np.nan, b.dtype.numpy)) for b in k.output_types]
+            device.launch(device.compile(k, v), [device.upload(x) for x in ins], got)
+            for g, w, b in zip(got, want, k.output_types):
+                np.testing.assert_allclose(device.download(g, b).reshape(-1), w, rtol=1e-4, atol=1e-4, err_msg=str(v))
+            ran += 1
     assert ran
     assert compile_program(program, [host, device], Options(tune=False, tune_cache=False)).verification.ok
 

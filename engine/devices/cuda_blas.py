@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -161,8 +162,19 @@ class CublasDevice:
     def supports(self, kernel: Kernel) -> bool:
         return cuda.cuda_error(kernel) is None or self._matmul(kernel) is not None
 
+    def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
+        """Elementwise kernels and epilogues take ``cuda.variant_error``'s variants; a bare cuBLAS call none."""
+        if cuda.cuda_error(kernel) is None:
+            return cuda.variant_error(kernel, variant)
+        found = self._matmul(kernel)
+        if found is None:
+            return "neither a matmul-shaped nor an elementwise kernel"
+        if found.epilogue is None:
+            return None if variant == DEFAULT_VARIANT else "cuBLAS has no variants"
+        return cuda.variant_error(found.epilogue, variant)
+
     def _build(self, kernel: Kernel, variant: Variant) -> Elementwise:
-        code, name = cuda.source(kernel)
+        code, name = cuda.source(kernel, variant)
         with self._cp.cuda.Device(self.index):
             return Elementwise(kernel, variant, self._cp.RawModule(code=code).get_function(name))
 
@@ -195,7 +207,9 @@ class CublasDevice:
         strides = tuple(load.index.coefficient(v) * flat.itemsize for v in axes)
         return self._cp.lib.stride_tricks.as_strided(flat[load.index.const:], shape, strides)
 
-    def _run(self, mm: Matmul, inputs: list[Any], out: Any) -> None:
+    def _gemm(self, mm: Matmul, inputs: list[Any], out: Any) -> Callable[[], object]:
+        """The matmul as a call whose operand views are made already (cupy's host work stays out of the timed
+        window); one 2-D GEMM when there is no batch."""
         cp = self._cp
         sizes = _sizes(mm)
         batch, m, k, n = _dims(mm)
@@ -205,33 +219,41 @@ class CublasDevice:
         rest_b = tuple(i for i in range(len(sizes)) if i not in (*mm.batch, *mm.k, *mm.n))
         am = av.transpose(mm.batch + mm.m + mm.k + rest_a).reshape(batch, m, k)
         bm = bv.transpose(mm.batch + mm.k + mm.n + rest_b).reshape(batch, k, n)
+        if batch == 1:
+            am, bm = am[0], bm[0]
         ng = len(mm.split.kernel.vars)
         if mm.order == tuple(range(ng)):
-            cp.matmul(am, bm, out=out.reshape(batch, m, n))
-            return
-        c = cp.matmul(am, bm).reshape([sizes[i] for i in mm.order])
-        out.reshape(sizes[:ng])[...] = c.transpose(np.argsort(mm.order))
+            target = out.reshape(am.shape[:-1] + bm.shape[-1:])
+            return lambda: cp.matmul(am, bm, out=target)
+        permuted = out.reshape(sizes[:ng])
+        back = tuple(int(i) for i in np.argsort(mm.order))
+
+        def run() -> None:
+            permuted[...] = cp.matmul(am, bm).reshape([sizes[i] for i in mm.order]).transpose(back)
+
+        return run
 
     def _elementwise(self, e: Elementwise, args: list[Any]) -> None:
-        n = e.kernel.numel
-        if n:
-            e.function(((n + cuda.BLOCK - 1) // cuda.BLOCK,), (cuda.BLOCK,), tuple(args))
+        if e.kernel.numel:
+            blocks, threads = cuda.grid(e.kernel, e.variant)
+            e.function((blocks,), (threads,), tuple(args))
 
     def launch(self, compiled: Matmul | Elementwise, inputs: list[Any], outputs: list[Any]) -> float:
         """Run the kernel (matmul, then its epilogue) and return its GPU time (CUDA events around it)."""
         cp = self._cp
         with cp.cuda.Device(self.index):
             start, end = cp.cuda.Event(), cp.cuda.Event()
-            after = None if isinstance(compiled, Elementwise) else compiled.built
-            acc = cp.empty(compiled.kernel.numel, np.float32) if after is not None else None
-            start.record()  # cupy's host work before the GEMM is in the window (a few us; tiny launches show it)
             if isinstance(compiled, Elementwise):
-                self._elementwise(compiled, [*inputs, *outputs])
-            elif after is None:
-                self._run(compiled, inputs, outputs[0])
+                calls = [lambda: self._elementwise(compiled, [*inputs, *outputs])]
+            elif compiled.built is None:
+                calls = [self._gemm(compiled, inputs, outputs[0])]
             else:
-                self._run(compiled, inputs, acc)
-                self._elementwise(after, [*inputs, acc, *outputs])
+                acc = cp.empty(compiled.kernel.numel, np.float32)
+                epilogue = compiled.built
+                calls = [self._gemm(compiled, inputs, acc), lambda: self._elementwise(epilogue, [*inputs, acc, *outputs])]
+            start.record()
+            for call in calls:
+                call()
             end.record()
             end.synchronize()
             return cp.cuda.get_elapsed_time(start, end) * 1e-3

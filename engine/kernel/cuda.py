@@ -1,15 +1,19 @@
 """CUDA C source of a kernel for NVRTC: the OpenCL emitter's code under a prelude that names OpenCL's words.
 
 The CUDA device (``engine.devices.cuda_blas``) runs what cuBLAS does not: elementwise kernels and the
-epilogue of a matmul (bias, activation), one thread per output point, in the default variant only (no
-vector loads, work-groups or local memory, whose OpenCL spellings the prelude does not cover).
+epilogue of a matmul (bias, activation).  Their variants are OpenCL's without local memory (``group`` and
+``smem`` are refused): ``local_size`` is the block's threads, ``upcast``/``tile`` outputs per thread, read
+and written as scalars (OpenCL's ``vloadN`` and vector literals have no CUDA spelling).
 """
 
 from __future__ import annotations
 
-from engine.devices.base import DEFAULT_VARIANT
+import math
+
+from engine.devices.base import Variant
 from engine.kernel.ir import Kernel, schedule
-from engine.kernel.opencl import _Emitter, function_name, program_source
+from engine.kernel.opencl import _Emitter, function_name, launch_size, program_source
+from engine.kernel.opencl import variant_error as opencl_variant_error
 from engine.program.dtypes import DType
 
 PRELUDE = """typedef unsigned char uchar;
@@ -19,6 +23,8 @@ typedef unsigned long ulong;
 #define __kernel extern "C" __global__
 #define __global
 #define get_global_id(d) ((long)blockIdx.x * blockDim.x + threadIdx.x)
+#define get_group_id(d) ((long)blockIdx.x)
+#define get_local_id(d) ((long)threadIdx.x)
 #define INFINITY __int_as_float(0x7f800000)
 #define NAN __int_as_float(0x7fffffff)
 #define INT_MIN (-2147483647 - 1)
@@ -34,6 +40,11 @@ class CudaEmitter(_Emitter):
 
     vectors = False
 
+    def parts(self) -> tuple[list[str], str]:
+        """OpenCL's parts without the work-group size attribute (the launch sets the block size)."""
+        head, function = super().parts()
+        return head, function.replace(f"__attribute__((reqd_work_group_size({self.local_size}, 1, 1))) ", "")
+
 
 def cuda_error(kernel: Kernel) -> str | None:
     """Why ``kernel`` has no CUDA source here (None when it has one)."""
@@ -47,7 +58,21 @@ def cuda_error(kernel: Kernel) -> str | None:
     return None
 
 
-def source(kernel: Kernel) -> tuple[str, str]:
-    """The CUDA C source of ``kernel`` (one thread per point) and its function's name."""
-    assert cuda_error(kernel) is None, cuda_error(kernel)
-    return PRELUDE + program_source([(kernel, DEFAULT_VARIANT)], CudaEmitter), function_name(kernel, DEFAULT_VARIANT)
+def variant_error(kernel: Kernel, variant: Variant) -> str | None:
+    """Why ``variant`` cannot run ``kernel`` here (None when it can)."""
+    if variant.group > 1 or variant.smem:
+        return "group and smem need OpenCL's local memory"
+    return cuda_error(kernel) or opencl_variant_error(kernel, variant)
+
+
+def source(kernel: Kernel, variant: Variant) -> tuple[str, str]:
+    """The CUDA C source of ``kernel`` in ``variant`` and its function's name."""
+    assert variant_error(kernel, variant) is None, variant_error(kernel, variant)
+    return PRELUDE + program_source([(kernel, variant)], CudaEmitter), function_name(kernel, variant)
+
+
+def grid(kernel: Kernel, variant: Variant) -> tuple[int, int]:
+    """Blocks and threads per block of a launch (OpenCL's global size in blocks of its local size)."""
+    size, local = launch_size(kernel, variant)
+    threads = local or BLOCK
+    return math.ceil(size / threads), threads
