@@ -54,7 +54,7 @@ class _HostCublas(cuda_blas.CublasDevice):
         host = NumpyDevice()
         compiled = host.compile(kernel)
         n = len(kernel.inputs)
-        return cuda_blas.Elementwise(kernel, variant,
+        return cuda_blas.Nvrtc(kernel, variant,
                                      lambda grid, block, args: host.launch(compiled, list(args[:n]), list(args[n:])))
 
 
@@ -168,7 +168,8 @@ def test_on_the_gpu_fp32_math_is_not_tf32():
 
 
 @pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
-@pytest.mark.parametrize("sample", ["mlp.small", "gelu_ffn.small", "swiglu_mlp.small", "elementwise.small"])
+@pytest.mark.parametrize("sample", ["mlp.small", "gelu_ffn.small", "swiglu_mlp.small", "elementwise.small",
+                                    "attention.small", "layernorm.small", "reductions.small", "sum.small"])
 def test_on_the_gpu_each_kernel_matches_the_numpy_device_and_plans_verify(sample):
     (device,) = cuda_blas.discover()[:1]
     program = load(sample_graphs.path(sample))

@@ -1,10 +1,11 @@
-"""A CUDA GPU through cupy: cuBLAS for matmul-shaped kernels, NVRTC for elementwise ones, one memory pool.
+"""A CUDA GPU through cupy: cuBLAS for matmul-shaped kernels, NVRTC for the others, one memory pool.
 
 A kernel whose reduce is ``sum(a * b)`` of two affine float32 loads runs as
 one batched ``cupy.matmul`` (cuBLAS SGEMM); when its outputs do more than
 store that sum (bias, activation, residual), the matmul writes a scratch
 buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.cuda``,
-reads it.  Reduce-free kernels run from that source alone.  Buffers are flat
+reads it.  Every other kernel (elementwise, reduces, row kernels) runs from
+that source alone.  Buffers are flat
 cupy arrays in the pool ``cuda:<index>``; what copies to and from the host cost
 is measured by ``engine.tuning.links`` like any pool's (``transfer_estimate``
 is the nominal figure used before that).  A copy to an OpenCL pool on the same
@@ -40,8 +41,8 @@ NOMINAL_LINK = Link(20e-6, 4e9)
 
 
 @dataclass(frozen=True)
-class Elementwise:
-    """A kernel (an elementwise one, or a matmul's epilogue) built by NVRTC."""
+class Nvrtc:
+    """A kernel (or a matmul's epilogue) built by NVRTC."""
 
     kernel: Kernel
     variant: Variant
@@ -69,7 +70,7 @@ class Matmul:
     k: tuple[int, ...]
     order: tuple[int, ...]
     epilogue: Kernel | None
-    built: Elementwise | None = None
+    built: Nvrtc | None = None
     """The epilogue as compiled (``CublasDevice.compile``)."""
 
 
@@ -160,29 +161,26 @@ class CublasDevice:
         return self._plans[kernel.key]
 
     def supports(self, kernel: Kernel) -> bool:
-        return cuda.cuda_error(kernel) is None or self._matmul(kernel) is not None
+        return self._matmul(kernel) is not None or cuda.cuda_error(kernel) is None
 
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
-        """Elementwise kernels and epilogues take ``cuda.variant_error``'s variants; a bare cuBLAS call none."""
-        if cuda.cuda_error(kernel) is None:
-            return cuda.variant_error(kernel, variant)
+        """NVRTC's kernels and epilogues take ``cuda.variant_error``'s variants; a bare cuBLAS call none."""
         found = self._matmul(kernel)
         if found is None:
-            return "neither a matmul-shaped nor an elementwise kernel"
+            return cuda.variant_error(kernel, variant)
         if found.epilogue is None:
             return None if variant == DEFAULT_VARIANT else "cuBLAS has no variants"
         return cuda.variant_error(found.epilogue, variant)
 
-    def _build(self, kernel: Kernel, variant: Variant) -> Elementwise:
+    def _build(self, kernel: Kernel, variant: Variant) -> Nvrtc:
         code, name = cuda.source(kernel, variant)
         with self._cp.cuda.Device(self.index):
-            return Elementwise(kernel, variant, self._cp.RawModule(code=code).get_function(name))
+            return Nvrtc(kernel, variant, self._cp.RawModule(code=code).get_function(name))
 
-    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Elementwise:
-        if cuda.cuda_error(kernel) is None:
-            return self._build(kernel, variant)
+    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Nvrtc:
         found = self._matmul(kernel)
-        assert found is not None, "neither a matmul-shaped nor an elementwise kernel"
+        if found is None:
+            return self._build(kernel, variant)
         built = None if found.epilogue is None else self._build(found.epilogue, variant)
         return replace(found, variant=variant, built=built)
 
@@ -233,24 +231,24 @@ class CublasDevice:
 
         return run
 
-    def _elementwise(self, e: Elementwise, args: list[Any]) -> None:
+    def _nvrtc(self, e: Nvrtc, args: list[Any]) -> None:
         if e.kernel.numel:
             blocks, threads = cuda.grid(e.kernel, e.variant)
             e.function((blocks,), (threads,), tuple(args))
 
-    def launch(self, compiled: Matmul | Elementwise, inputs: list[Any], outputs: list[Any]) -> float:
+    def launch(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> float:
         """Run the kernel (matmul, then its epilogue) and return its GPU time (CUDA events around it)."""
         cp = self._cp
         with cp.cuda.Device(self.index):
             start, end = cp.cuda.Event(), cp.cuda.Event()
-            if isinstance(compiled, Elementwise):
-                calls = [lambda: self._elementwise(compiled, [*inputs, *outputs])]
+            if isinstance(compiled, Nvrtc):
+                calls = [lambda: self._nvrtc(compiled, [*inputs, *outputs])]
             elif compiled.built is None:
                 calls = [self._gemm(compiled, inputs, outputs[0])]
             else:
                 acc = cp.empty(compiled.kernel.numel, np.float32)
                 epilogue = compiled.built
-                calls = [self._gemm(compiled, inputs, acc), lambda: self._elementwise(epilogue, [*inputs, acc, *outputs])]
+                calls = [self._gemm(compiled, inputs, acc), lambda: self._nvrtc(epilogue, [*inputs, acc, *outputs])]
             start.record()
             for call in calls:
                 call()
@@ -261,7 +259,7 @@ class CublasDevice:
     def estimate(self, kernel: Kernel) -> float:
         """Roofline plus the launch: a matmul's flops in waves of ``tile``-square output tiles, one per
         multiprocessor at ``flops / units`` (a small matmul leaves most of them idle), or its buffers' bytes at
-        ``bandwidth``; an elementwise kernel's bytes."""
+        ``bandwidth``; any other kernel's bytes."""
         nbytes = sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
         seconds = nbytes / self.bandwidth
         mm = self._matmul(kernel) if kernel.reduce is not None else None
