@@ -17,6 +17,7 @@ from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.numpy_device import NumpyDevice
 from engine.pipeline import Options, compile_program
 from engine.tuning.links import Link
+from engine.tuning.model import suggest
 from engine.tuning.space import seeds
 
 
@@ -133,6 +134,13 @@ def test_variants_apply_to_elementwise_kernels_and_epilogues_not_to_a_bare_gemm(
     upcast, group = Variant(local_size=256, upcast=4), Variant(group=256)
     assert device.variant_error(bare, DEFAULT_VARIANT) is None and device.variant_error(bare, upcast)
     assert device.variant_error(elementwise, upcast) is None and device.variant_error(elementwise, group)
+
+
+def test_a_long_reduce_over_few_rows_is_predicted_faster_split_across_a_block():
+    device = _host_cublas()
+    (k,) = _kernels(Tensor.input("x", (1024, 4096)).sum(-1))
+    assert suggest(k, device).group > 1  # what the calibration's row-sum benchmark times
+    assert device.predict(k, DEFAULT_VARIANT) > 100 * device.predict(k, Variant(group=256))
 
 
 def _kernels(t):
