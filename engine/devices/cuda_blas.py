@@ -156,6 +156,7 @@ class CublasDevice:
         self.link = link
         self.driver_version = f"cupy {cp.__version__} cuda {cp.cuda.runtime.runtimeGetVersion()}"
         self._plans: dict[str, Matmul | None] = {}
+        self._built: dict[tuple[str, Variant], Nvrtc] = {}
 
     def _matmul(self, kernel: Kernel) -> Matmul | None:
         if kernel.key not in self._plans:
@@ -175,9 +176,14 @@ class CublasDevice:
         return cuda.variant_error(found.epilogue, variant)
 
     def _build(self, kernel: Kernel, variant: Variant) -> Nvrtc:
-        code, name = cuda.source(kernel, variant)
-        with self._cp.cuda.Device(self.index):
-            return Nvrtc(kernel, variant, self._cp.RawModule(code=code).get_function(name))
+        """The NVRTC build of ``kernel`` in ``variant``, made once: each plan execution compiles its launches,
+        and a fresh module's first launch also loads it (lazily, inside the timed window)."""
+        key = (kernel.key, variant)
+        if key not in self._built:
+            code, name = cuda.source(kernel, variant)
+            with self._cp.cuda.Device(self.index):
+                self._built[key] = Nvrtc(kernel, variant, self._cp.RawModule(code=code).get_function(name))
+        return self._built[key]
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Nvrtc:
         found = self._matmul(kernel)
