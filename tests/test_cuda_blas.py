@@ -73,11 +73,22 @@ def _program(kind: str):
     return from_tensors({"y": a @ b})
 
 
-def test_without_cupy_no_device_and_one_note(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cupy", None)  # import fails
+def test_without_cupy_no_device_and_no_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import fails: not installed
+    notes: list[str] = []
+    assert cuda_blas.discover(notes) == [] and notes == []
+
+
+def test_cupy_without_a_gpu_is_one_note(monkeypatch):
+    def no_device() -> int:
+        raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected\nmore")
+
+    cp = _numpy_as_cupy()
+    cp.cuda.runtime.getDeviceCount = no_device
+    monkeypatch.setitem(sys.modules, "cupy", cp)
     notes: list[str] = []
     assert cuda_blas.discover(notes) == []
-    assert len(notes) == 1 and notes[0].startswith("cuBLAS devices not offered: cupy cannot be imported")
+    assert notes == ["cuBLAS devices not offered: no CUDA device (cudaErrorNoDevice: no CUDA-capable device is detected)"]
 
 
 def test_tf32_switched_on_is_refused(monkeypatch):

@@ -291,15 +291,20 @@ class CublasDevice:
 
 
 def discover(notes: list[str] | None = None) -> list[CublasDevice]:
-    """One device per CUDA device; an empty list (never an error) and a note saying why when cupy, a CUDA
-    device or its runtime is missing, or when ``CUPY_TF32`` would let cuBLAS round fp32 inputs to TF32."""
-    why = ""
+    """One device per CUDA device; an empty list, never an error.  Where cupy is not installed (an optional
+    extra) nothing is said; where it is but cannot be imported, finds no device, or ``CUPY_TF32`` would let
+    cuBLAS round fp32 inputs to TF32, one line in ``notes`` says why."""
     try:
         import cupy as cp
-    except Exception:  # not installed, or a cupy built for another CUDA
-        cp, why = None, f"cupy cannot be imported: {NO_CUDA}"
+    except ModuleNotFoundError as e:
+        if e.name == "cupy":
+            return []
+        cp, why = None, f"cupy cannot be imported ({e}): {NO_CUDA}"
+    except Exception as e:  # a cupy built for another CUDA
+        cp, why = None, f"cupy cannot be imported ({str(e).splitlines()[0] if str(e) else type(e).__name__}): {NO_CUDA}"
     devices: list[CublasDevice] = []
     if cp is not None:
+        why = ""
         if os.environ.get("CUPY_TF32", "0") != "0":
             why = "CUPY_TF32 is set (cuBLAS would round fp32 inputs to TF32); unset it"
         else:
