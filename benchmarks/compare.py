@@ -12,11 +12,13 @@ The bandwidth column counts each input read once and each output written once,
 as a fraction of a numpy copy measured in the same run.
 
 ``--gpu``: large workloads (8192^2 elementwise, softmax, layernorm, sum; 4096^3
-matmul) and every full-size sample on the first OpenCL GPU plus the cuBLAS
+matmul) and every full-size sample on the first OpenCL GPU plus the CUDA
 device where cupy finds a CUDA GPU (extraction chooses): the plan's kernel time
 (profiled events, data on the device), its bandwidth as a fraction of a
 device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and torch
-eager and ``torch.compile`` (CUDA, fp32, TF32 off) where torch is importable.
+eager and ``torch.compile`` (CUDA, fp32, TF32 off) where torch is importable;
+then end to end from host arrays: the plan's wall time (copies included) beside
+torch eager's ``.cuda()`` + call + ``.cpu()``.
 
 ``--tinygrad``: tinygrad columns (the same primitive graph rebuilt from
 tinygrad Tensor ops, run under TinyJit, best of N after warm-up): CPU (clang)
@@ -116,6 +118,8 @@ class Measured:
     """Bytes the plan's kernels read and write (each kernel's inputs and outputs once)."""
     note: str
     """Empty when the outputs verified; else the largest error against the reference and the tolerance."""
+    end_to_end: float
+    """Best wall-clock seconds of the whole plan from host inputs to host outputs (copies included)."""
 
 
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
@@ -136,13 +140,15 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     tuned = {kn.candidate: r for kn, r in c.tuning.items()}
     details = []
     if kernels_only:
-        times = []
+        times, walls = [], []
         for _ in range(repeats + 1):
+            began = time.perf_counter()
             steps = execute(plan, devices, inputs).step_times
+            walls.append(time.perf_counter() - began)
             times.append(sum(t for s, t in zip(plan.steps, steps) if isinstance(s, Launch)))
-        seconds = min(times[1:])
+        seconds, end_to_end = min(times[1:]), min(walls[1:])
     else:
-        seconds = best_of(lambda: execute(plan, devices, inputs), repeats)
+        seconds = end_to_end = best_of(lambda: execute(plan, devices, inputs), repeats)
     for s in plan.launches():
         r = next((r for r in tuned.values() if r.kernel == s.kernel.key and r.device == s.device), None)
         shape = "x".join(map(str, s.kernel.shape)) or "()"
@@ -155,7 +161,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
     moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
                 for s in plan.launches())
-    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note)
+    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end)
 
 
 # -- peers --------------------------------------------------------------------------
@@ -344,7 +350,7 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         if args.beam:
             tg.append((f"tinygrad CUDA BEAM={args.beam}", "CUDA", args.beam))
     head = ["workload", "ours ms", "GB/s", "% copy", "kernels' GB/s (% copy)", "GFLOP/s", "torch ms", "torch/ours",
-            "torch.compile ms", "compile/ours", "tune s", "kernels"]
+            "torch.compile ms", "compile/ours", "tune s", "kernels", "end to end ms", "torch round trip ms"]
     head += [f"{name} ms" for name, _, _ in tg] + ["tinygrad/ours"] * bool(tg)
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
@@ -358,11 +364,13 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         f = flops(program)
         theirs = _torch_time(torch, kind or program, inputs, args.repeats) if torch else None
         compiled = _torch_time(torch, kind or program, inputs, args.repeats, compiled=True) if torch else None
+        trip = _torch_round_trip(torch, kind or program, inputs, args.repeats) if torch else None
         row = [label, ms(ours.seconds) + ours.note, f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
                f"{100 * io_bytes(program) / ours.seconds / copy:.0f}%" if kind in BANDWIDTH_BOUND else "-",
                f"{ours.moved / ours.seconds / 1e9:.0f} ({100 * ours.moved / ours.seconds / copy:.0f}%)",
                f"{f / ours.seconds / 1e9:.0f}" if f and kind in ("matmul", "") else "-", ms(theirs), ratio(theirs, ours.seconds),
-               ms(compiled), ratio(compiled, ours.seconds), f"{ours.tune_seconds:.1f}", ours.kernels]
+               ms(compiled), ratio(compiled, ours.seconds), f"{ours.tune_seconds:.1f}", ours.kernels,
+               ms(ours.end_to_end), ms(trip)]
         peer = []
         for _, device, beam in tg:
             seconds, _, error = tinygrad_time(program.lower(), inputs, device, args.repeats, beam)
@@ -423,24 +431,27 @@ def _torch_program(torch, program: Program, t: Mapping[str, object]) -> Callable
     return fn
 
 
-def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int,
-                compiled: bool = False) -> float | None:
-    """Best CUDA-event seconds of ``kind`` written as plain torch (fp32), eager or through ``torch.compile``;
-    a sample program through ``_torch_program`` (None when it uses an op that has no translation there)."""
-    t = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()}
-    fns = {
+def _torch_fn(torch, kind: str | Program, t: Mapping[str, object]) -> Callable[[], object] | None:
+    """``kind`` written as plain torch (fp32) over the device tensors ``t``; a sample program through
+    ``_torch_program`` (None when it uses an op that has no translation there)."""
+    if isinstance(kind, Program):
+        return _torch_program(torch, kind, t) if all(n.op in TORCH_OPS for n in kind.nodes) else None
+    return {
         "elementwise": lambda: (t["x"] * 2 + 1).relu() * t["x"] - torch.exp(-t["x"]),
         "softmax": lambda: torch.softmax(t["x"], -1),
         "layernorm": lambda: torch.nn.functional.layer_norm(t["x"], t["x"].shape[-1:], t["gamma"], t["beta"]),
         "sum": lambda: t["x"].sum(),
         "matmul": lambda: t["a"] @ t["b"],
-    }
-    if isinstance(kind, Program):
-        if any(n.op not in TORCH_OPS for n in kind.nodes):
-            return None
-        fns = {"": _torch_program(torch, kind, t)}
-        kind = ""
-    fn = torch.compile(fns[kind]) if compiled else fns[kind]
+    }[kind]
+
+
+def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int,
+                compiled: bool = False) -> float | None:
+    """Best CUDA-event seconds of ``_torch_fn``, eager or through ``torch.compile`` (data on the GPU)."""
+    fn = _torch_fn(torch, kind, {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()})
+    if fn is None:
+        return None
+    fn = torch.compile(fn) if compiled else fn
     fn()
     torch.cuda.synchronize()
     best = float("inf")
@@ -452,6 +463,20 @@ def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], re
         torch.cuda.synchronize()
         best = min(best, start.elapsed_time(end) * 1e-3)
     return best
+
+
+def _torch_round_trip(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int) -> float | None:
+    """Best wall seconds of torch eager from host arrays to host results: ``.cuda()``, the call, ``.cpu()``."""
+    if _torch_fn(torch, kind, {}) is None:
+        return None
+
+    def trip() -> None:
+        fn = _torch_fn(torch, kind, {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()})
+        out = fn()  # type: ignore[misc]
+        for y in out if isinstance(out, tuple) else (out,):
+            y.cpu()
+
+    return best_of(trip, repeats)
 
 
 def main() -> None:
