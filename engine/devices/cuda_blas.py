@@ -5,13 +5,13 @@ one batched ``cupy.matmul`` (cuBLAS SGEMM); when its outputs do more than
 store that sum (bias, activation, residual), the matmul writes a scratch
 buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.cuda``,
 reads it.  Every other kernel (elementwise, reduces, row kernels) runs from
-that source alone.  Buffers are flat
-cupy arrays in the pool ``cuda:<index>``; what copies to and from the host cost
-is measured by ``engine.tuning.links`` like any pool's (``transfer_estimate``
-is the nominal figure used before that).  A copy to an OpenCL pool on the same
-GPU goes through the host.  TF32 stays off: cupy uses TF32 only when
-``CUPY_TF32`` is set, and the device is not offered then.  Absent, with a
-note, where cupy or a CUDA device is missing.
+that source alone.  Buffers are flat cupy arrays in the pool ``cuda:<index>``;
+what copies to and from the host cost is measured by ``engine.tuning.links``
+like any pool's (``transfer_estimate`` is the nominal figure used before
+that).  A copy to an OpenCL pool on the same GPU goes through the host.  TF32
+stays off: cupy uses TF32 only when ``CUPY_TF32`` is set, and the device is not
+offered then.  Absent where cupy is not installed; absent with a note where
+cupy is but finds no GPU.
 """
 
 from __future__ import annotations

@@ -51,11 +51,11 @@ class _Cuda:
 
 
 class CudaEmitter(_Cuda, _Emitter):
-    pass
+    """The OpenCL emitter of ordinary kernels, for NVRTC."""
 
 
 class CudaRowEmitter(_Cuda, RowEmitter):
-    pass
+    """The OpenCL emitter of row kernels, for NVRTC."""
 
 
 def cuda_error(kernel: Kernel) -> str | None:
