@@ -12,10 +12,13 @@ The bandwidth column counts each input read once and each output written once,
 as a fraction of a numpy copy measured in the same run.
 
 ``--gpu``: large workloads (8192^2 elementwise, softmax, layernorm, sum; 4096^3
-matmul) and every full-size sample on the first OpenCL GPU alone: the plan's
-kernel time (profiled events, data on the device), its bandwidth as a fraction
-of a device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and
-torch (CUDA, fp32, TF32 off) where torch is importable.
+matmul) and every full-size sample on the first OpenCL GPU plus the CUDA
+device where cupy finds a CUDA GPU (extraction chooses): the plan's kernel time
+(profiled events, data on the device), its bandwidth as a fraction of a
+device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and torch
+eager and ``torch.compile`` (CUDA, fp32, TF32 off) where torch is importable;
+then end to end from host arrays: the plan's wall time (copies included) beside
+torch eager's ``.cuda()`` + call + ``.cpu()``.
 
 ``--tinygrad``: tinygrad columns (the same primitive graph rebuilt from
 tinygrad Tensor ops, run under TinyJit, best of N after warm-up): CPU (clang)
@@ -36,7 +39,7 @@ import numpy as np
 
 import sample_graphs
 from engine import Init, Program, Tensor, from_tensors, load
-from engine.devices import LibraryDevice, NumpyDevice
+from engine.devices import LibraryDevice, NumpyDevice, cuda_blas
 from engine.devices.base import Device
 from engine.devices.native import discover as native_devices
 from engine.pipeline import Options, compile_program, run
@@ -44,6 +47,7 @@ from engine.plan import Launch, execute
 from engine.program.primitives import PrimGraph
 from engine.program.reference import evaluate
 from engine.tuning import Budget
+from engine.tuning.links import measure as measure_link
 
 BANDWIDTH_BOUND = ("elementwise", "softmax", "layernorm", "sum")
 
@@ -114,6 +118,8 @@ class Measured:
     """Bytes the plan's kernels read and write (each kernel's inputs and outputs once)."""
     note: str
     """Empty when the outputs verified; else the largest error against the reference and the tolerance."""
+    end_to_end: float
+    """Best wall-clock seconds of the whole plan from host inputs to host outputs (copies included)."""
 
 
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
@@ -134,13 +140,15 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     tuned = {kn.candidate: r for kn, r in c.tuning.items()}
     details = []
     if kernels_only:
-        times = []
+        times, walls = [], []
         for _ in range(repeats + 1):
+            began = time.perf_counter()
             steps = execute(plan, devices, inputs).step_times
+            walls.append(time.perf_counter() - began)
             times.append(sum(t for s, t in zip(plan.steps, steps) if isinstance(s, Launch)))
-        seconds = min(times[1:])
+        seconds, end_to_end = min(times[1:]), min(walls[1:])
     else:
-        seconds = best_of(lambda: execute(plan, devices, inputs), repeats)
+        seconds = end_to_end = best_of(lambda: execute(plan, devices, inputs), repeats)
     for s in plan.launches():
         r = next((r for r in tuned.values() if r.kernel == s.kernel.key and r.device == s.device), None)
         shape = "x".join(map(str, s.kernel.shape)) or "()"
@@ -153,7 +161,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
     moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
                 for s in plan.launches())
-    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note)
+    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end)
 
 
 # -- peers --------------------------------------------------------------------------
@@ -328,13 +336,21 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
     src.release()
     dst.release()
     print(f"clEnqueueCopyBuffer of 1 GiB: {copy / 1e9:.0f} GB/s (read + write)\n")
+    notes: list[str] = []
+    devices = [gpu, *cuda_blas.discover(notes)]
+    print("devices:", ", ".join(d.name for d in devices), *notes)
+    for d in devices:
+        link = measure_link(d)
+        print(f"{d.name} ({d.driver_version}): host<->device copies measured {link.overhead * 1e6:.0f} us + "
+              f"{link.bandwidth / 1e9:.1f} GB/s (pageable numpy arrays)")
     torch = _torch()
     tg = []
     if args.tinygrad:
         tg = [("tinygrad CUDA", "CUDA", 0), ("tinygrad CL", "CL", 0)]
         if args.beam:
             tg.append((f"tinygrad CUDA BEAM={args.beam}", "CUDA", args.beam))
-    head = ["workload", "ours ms", "GB/s", "% copy", "kernels' GB/s (% copy)", "GFLOP/s", "torch ms", "torch/ours", "tune s", "kernels"]
+    head = ["workload", "ours ms", "GB/s", "% copy", "kernels' GB/s (% copy)", "GFLOP/s", "torch ms", "torch/ours",
+            "torch.compile ms", "compile/ours", "tune s", "kernels", "end to end ms", "torch round trip ms"]
     head += [f"{name} ms" for name, _, _ in tg] + ["tinygrad/ours"] * bool(tg)
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
@@ -344,14 +360,17 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
     details: list[str] = []
     for label, program, kind in work:
         inputs = program.input_values()
-        ours = measure_plan(program, [gpu], inputs, budget, args.repeats, kernels_only=True)
+        ours = measure_plan(program, devices, inputs, budget, args.repeats, kernels_only=True)
         f = flops(program)
-        theirs = _torch_time(torch, kind, inputs, args.repeats) if torch and kind else None
+        theirs = _torch_time(torch, kind or program, inputs, args.repeats) if torch else None
+        compiled = _torch_time(torch, kind or program, inputs, args.repeats, compiled=True) if torch else None
+        trip = _torch_round_trip(torch, kind or program, inputs, args.repeats) if torch else None
         row = [label, ms(ours.seconds) + ours.note, f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
                f"{100 * io_bytes(program) / ours.seconds / copy:.0f}%" if kind in BANDWIDTH_BOUND else "-",
                f"{ours.moved / ours.seconds / 1e9:.0f} ({100 * ours.moved / ours.seconds / copy:.0f}%)",
                f"{f / ours.seconds / 1e9:.0f}" if f and kind in ("matmul", "") else "-", ms(theirs), ratio(theirs, ours.seconds),
-               f"{ours.tune_seconds:.1f}", ours.kernels]
+               ms(compiled), ratio(compiled, ours.seconds), f"{ours.tune_seconds:.1f}", ours.kernels,
+               ms(ours.end_to_end), ms(trip)]
         peer = []
         for _, device, beam in tg:
             seconds, _, error = tinygrad_time(program.lower(), inputs, device, args.repeats, beam)
@@ -364,6 +383,11 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         details.extend(f"{label}: {d}" for d in ours.details)
     if args.verbose:
         print("\nkernels:\n" + "\n".join(details))
+
+
+TORCH_OPS = frozenset({"matmul", "add", "sub", "mul", "relu", "gelu", "silu", "exp", "reshape", "permute", "attention",
+                       "rmsnorm", "softmax", "layernorm", "conv2d", "sum", "mean", "max"})
+"""The sample ops ``_torch_program`` translates."""
 
 
 def _torch():
@@ -382,17 +406,52 @@ def _torch():
     return torch
 
 
-def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int) -> float:
-    """Best CUDA-event seconds of ``kind`` written as plain torch (fp32)."""
-    t = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()}
-    fns = {
+def _torch_program(torch, program: Program, t: Mapping[str, object]) -> Callable[[], object]:
+    """``program``'s ops as the torch calls a user would write (F.scaled_dot_product_attention, F.conv2d, ...)."""
+    F = torch.nn.functional  # noqa: N806
+    ops = {
+        "matmul": lambda a, b: a @ b, "add": torch.add, "sub": torch.sub, "mul": torch.mul, "relu": torch.relu,
+        "gelu": F.gelu, "silu": F.silu, "exp": torch.exp,
+        "reshape": lambda x, shape: x.reshape(shape), "permute": lambda x, axes: x.permute(axes),
+        "attention": lambda q, k, v, scale: F.scaled_dot_product_attention(q, k, v, scale=scale),
+        "rmsnorm": lambda x, w, axis, eps: F.rms_norm(x, x.shape[axis:], w, eps),
+        "softmax": lambda x, axis: torch.softmax(x, axis),
+        "layernorm": lambda x, w, b, axis, eps: F.layer_norm(x, x.shape[axis:], w, b, eps),
+        "conv2d": lambda x, w, b, stride, padding, dilation, groups: F.conv2d(x, w, b, stride, padding, dilation, groups),
+        "sum": lambda x, axes, keepdim: x.sum(axes, keepdim), "mean": lambda x, axes, keepdim: x.mean(axes, keepdim),
+        "max": lambda x, axes, keepdim: x.amax(axes, keepdim),
+    }
+
+    def fn() -> tuple:
+        v = dict(t)
+        for node in program.nodes:
+            v[node.id] = ops[node.op](*(v[a] for a in node.args), **node.attrs)
+        return tuple(v[o] for o in program.outputs)
+
+    return fn
+
+
+def _torch_fn(torch, kind: str | Program, t: Mapping[str, object]) -> Callable[[], object] | None:
+    """``kind`` written as plain torch (fp32) over the device tensors ``t``; a sample program through
+    ``_torch_program`` (None when it uses an op that has no translation there)."""
+    if isinstance(kind, Program):
+        return _torch_program(torch, kind, t) if all(n.op in TORCH_OPS for n in kind.nodes) else None
+    return {
         "elementwise": lambda: (t["x"] * 2 + 1).relu() * t["x"] - torch.exp(-t["x"]),
         "softmax": lambda: torch.softmax(t["x"], -1),
         "layernorm": lambda: torch.nn.functional.layer_norm(t["x"], t["x"].shape[-1:], t["gamma"], t["beta"]),
         "sum": lambda: t["x"].sum(),
         "matmul": lambda: t["a"] @ t["b"],
-    }
-    fn = fns[kind]
+    }[kind]
+
+
+def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int,
+                compiled: bool = False) -> float | None:
+    """Best CUDA-event seconds of ``_torch_fn``, eager or through ``torch.compile`` (data on the GPU)."""
+    fn = _torch_fn(torch, kind, {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()})
+    if fn is None:
+        return None
+    fn = torch.compile(fn) if compiled else fn
     fn()
     torch.cuda.synchronize()
     best = float("inf")
@@ -404,6 +463,20 @@ def _torch_time(torch, kind: str, inputs: Mapping[str, np.ndarray], repeats: int
         torch.cuda.synchronize()
         best = min(best, start.elapsed_time(end) * 1e-3)
     return best
+
+
+def _torch_round_trip(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int) -> float | None:
+    """Best wall seconds of torch eager from host arrays to host results: ``.cuda()``, the call, ``.cpu()``."""
+    if _torch_fn(torch, kind, {}) is None:
+        return None
+
+    def trip() -> None:
+        fn = _torch_fn(torch, kind, {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()})
+        out = fn()  # type: ignore[misc]
+        for y in out if isinstance(out, tuple) else (out,):
+            y.cpu()
+
+    return best_of(trip, repeats)
 
 
 def main() -> None:

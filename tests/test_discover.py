@@ -17,7 +17,7 @@ def test_no_opencl_platform_is_one_note_naming_the_package(monkeypatch):
         pytest.skip("pyopencl is not importable")
     monkeypatch.setattr(cl.cl, "get_platforms", _no_platform)
     notes: list[str] = []
-    devices = discover(native=False, notes=notes)
+    devices = discover(native=False, notes=notes, cuda=False)
     assert [d.name for d in devices] == ["numpy", "blas"]
     assert len(notes) == 1 and "\n" not in notes[0]
     assert notes[0].startswith("OpenCL devices not offered: no OpenCL platform found")
@@ -26,5 +26,5 @@ def test_no_opencl_platform_is_one_note_naming_the_package(monkeypatch):
 
 def test_a_note_exactly_when_no_opencl_device_is_found():
     notes: list[str] = []
-    opencl = [d for d in discover(native=False, notes=notes) if d.pool != "host"]
+    opencl = [d for d in discover(native=False, notes=notes, cuda=False) if d.pool != "host"]
     assert bool(notes) != bool(opencl)

@@ -101,8 +101,9 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seconds of tuning per compilation at most (default 15; 4 per kernel and device)")
     group.add_argument("--extractor", choices=["dag", "greedy", "ilp"], default="dag",
                        help="dag (default: shared kernels counted once), greedy (tree cost) or ilp (exact, small graphs)")
-    group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices (numpy, BLAS and native only)")
+    group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices")
     group.add_argument("--no-native", action="store_true", help="no native C device (it needs a C compiler)")
+    group.add_argument("--no-cuda", action="store_true", help="no CUDA device (cuBLAS and NVRTC through cupy)")
     _dim_argument(group)
     _npy_argument(group)
 
@@ -147,7 +148,7 @@ def _devices(args: argparse.Namespace, err: Console) -> list:
     from engine.devices import discover
 
     notes: list[str] = []
-    devices = discover(opencl=not args.no_opencl, native=not args.no_native, notes=notes)
+    devices = discover(opencl=not args.no_opencl, native=not args.no_native, notes=notes, cuda=not args.no_cuda)
     for note in notes:
         err.print(f"note: {note}", markup=False, highlight=False)
     return devices
@@ -639,7 +640,7 @@ def _explore(args: argparse.Namespace) -> int:
     _need_terminal()
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
-    restricted = args.no_opencl or args.no_native
+    restricted = args.no_opencl or args.no_native or args.no_cuda
     devices = _devices(args, Console(stderr=True)) if restricted else None  # None: the app discovers them
     ExplorerApp(program, path, devices=devices, options=_options(args)).run()
     return 0

@@ -1,4 +1,5 @@
-"""Devices that run kernels: numpy on the host, BLAS library kernels, native C on the host, OpenCL (pyopencl)."""
+"""Devices that run kernels: numpy on the host, BLAS library kernels, native C on the host, OpenCL (pyopencl),
+cuBLAS on CUDA GPUs (cupy)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from engine.devices.base import HOST, Device, Variant
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 
 
-def discover(opencl: bool = True, native: bool = True, notes: list[str] | None = None) -> list[Device]:
-    """The numpy device and the BLAS library (always), the native C device when a C compiler works, then every
-    OpenCL device found.  Why a device kind is missing is appended to ``notes`` (one line each)."""
+def discover(opencl: bool = True, native: bool = True, notes: list[str] | None = None,
+             cuda: bool = True) -> list[Device]:
+    """The numpy device and the BLAS library (always), the native C device when a C compiler works, every
+    OpenCL device found, then a cuBLAS device per CUDA GPU (where cupy works).
+    Why a device kind is missing is appended to ``notes`` (one line each)."""
     found: list[Device] = [NumpyDevice(), LibraryDevice()]
     if native:
         from engine.devices import native as c
@@ -21,6 +24,10 @@ def discover(opencl: bool = True, native: bool = True, notes: list[str] | None =
         from engine.devices import opencl as cl  # pyopencl is imported only when OpenCL is wanted
 
         found.extend(cl.discover(notes))
+    if cuda:
+        from engine.devices import cuda_blas  # cupy is imported only when CUDA is wanted
+
+        found.extend(cuda_blas.discover(notes))
     return found
 
 

@@ -1,0 +1,321 @@
+"""A CUDA GPU through cupy: cuBLAS for matmul-shaped kernels, NVRTC for the others, one memory pool.
+
+A kernel whose reduce is ``sum(a * b)`` of two affine float32 loads runs as
+one batched ``cupy.matmul`` (cuBLAS SGEMM); when its outputs do more than
+store that sum (bias, activation, residual), the matmul writes a scratch
+buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.cuda``,
+reads it.  Every other kernel (elementwise, reduces, row kernels) runs from
+that source alone.  Buffers are flat cupy arrays in the pool ``cuda:<index>``;
+what copies to and from the host cost is measured by ``engine.tuning.links``
+like any pool's (``transfer_estimate`` is the nominal figure used before
+that).  A copy to an OpenCL pool on the same GPU goes through the host.  TF32
+stays off: cupy uses TF32 only when ``CUPY_TF32`` is set, and the device is not
+offered then.  Absent where cupy is not installed; absent with a note where
+cupy is but finds no GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.devices.evaluate import Plan, plan
+from engine.devices.numpy_device import contraction
+from engine.kernel import cuda
+from engine.kernel.index import flatten, var
+from engine.kernel.ir import Acc, Buffer, Kernel, Load
+from engine.kernel.ir import replace as replace_nodes
+from engine.program.dtypes import DType
+from engine.tuning.links import Link
+
+NO_CUDA = "install cupy for the CUDA runtime of the machine (`pip install cupy-cuda12x` or `cupy-cuda13x`)"
+NOMINAL_LINK = Link(20e-6, 4e9)
+"""Host<->GPU copies of pageable numpy arrays before ``engine.tuning.links`` measures them (an H200 measured
+22 us + 4.6 GB/s)."""
+THREADS = 2048
+"""Threads one multiprocessor holds at once."""
+
+
+@dataclass(frozen=True)
+class Nvrtc:
+    """A kernel (or a matmul's epilogue) built by NVRTC."""
+
+    kernel: Kernel
+    variant: Variant
+    function: Any
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """How a contraction kernel maps onto one batched matmul ``(batch, m, k) @ (batch, k, n)``.
+
+    ``a`` and ``b`` are the factor loads; each axis list holds axis numbers of the split kernel (global axes
+    first, then reduce axes); ``order`` is the global axes in the matmul result's order (batch, m, n).
+    ``epilogue`` is the kernel that turns the matmul's result (its last input) into the outputs, when they
+    are more than that result.
+    """
+
+    kernel: Kernel
+    variant: Variant
+    split: Plan
+    a: Load
+    b: Load
+    batch: tuple[int, ...]
+    m: tuple[int, ...]
+    n: tuple[int, ...]
+    k: tuple[int, ...]
+    order: tuple[int, ...]
+    epilogue: Kernel | None
+    built: Nvrtc | None = None
+    """The epilogue as compiled (``CublasDevice.compile``)."""
+
+
+def epilogue(kernel: Kernel) -> Kernel | None:
+    """``kernel``'s outputs as a reduce-free kernel reading the reduce's result from an extra last input (None
+    when the outputs are that result itself)."""
+    red = kernel.reduce
+    assert red is not None
+    if kernel.outputs == (Acc(red.dtype),):
+        return None
+    acc = Load(len(kernel.inputs), flatten([var(v) for v in kernel.vars], kernel.shape), kernel.numel, red.dtype)
+    outputs = replace_nodes(list(kernel.outputs), {Acc(red.dtype): acc})
+    return Kernel((*kernel.inputs, Buffer(kernel.shape, red.dtype)), kernel.shape, kernel.vars, None, tuple(outputs))
+
+
+def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | None:
+    """``kernel`` as one batched matmul (and an epilogue), or None: not a float32 contraction, an epilogue
+    without CUDA source, a global axis that neither factor reads (its output would be a broadcast) or a reduce
+    axis only one reads."""
+    if kernel.stages or kernel.reduce is None or kernel.reduce.dtype != DType.F32:
+        return None
+    after = epilogue(kernel)
+    if after is not None and cuda.cuda_error(after) is not None:
+        return None
+    if any(b.dtype != DType.F32 for b in kernel.inputs):
+        return None
+    p = plan(kernel)
+    if p.factors is None:
+        return None
+    loads = contraction(p.kernel)
+    if loads is None:
+        return None
+    a, b = loads
+    axes = sorted(p.axes, key=p.axes.get)
+    ng = len(p.kernel.vars)
+    # a size-1 global axis is read by neither factor: count it as a's (an m axis of size 1)
+    uses = [(a.index.coefficient(v) != 0 or (i < ng and v.size == 1), b.index.coefficient(v) != 0)
+            for i, v in enumerate(axes)]
+    if any(ua != ub for ua, ub in uses[ng:]) or not all(ua or ub for ua, ub in uses[:ng]):
+        return None
+    batch = tuple(i for i in range(ng) if all(uses[i]))
+    m = tuple(i for i in range(ng) if uses[i] == (True, False))
+    n = tuple(i for i in range(ng) if uses[i] == (False, True))
+    k = tuple(i for i in range(ng, len(axes)) if uses[i][0])
+    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after)
+
+
+def _sizes(mm: Matmul) -> list[int]:
+    """Sizes of the split kernel's axes (global, then reduce)."""
+    return [v.size for v in sorted(mm.split.axes, key=mm.split.axes.get)]
+
+
+def _dims(mm: Matmul) -> tuple[int, int, int, int]:
+    """The batched matmul's (batch, m, k, n)."""
+    sizes = _sizes(mm)
+    batch, m, k, n = (math.prod(sizes[i] for i in g) for g in (mm.batch, mm.m, mm.k, mm.n))
+    return batch, m, k, n
+
+
+class CublasDevice:
+    """cuBLAS SGEMM (TF32 off) through ``cupy.matmul`` and NVRTC kernels on one CUDA device; its buffers are
+    flat cupy arrays."""
+
+    is_gpu = True
+    launch_overhead = 8e-6
+    """Nominal seconds per launch (a cupy call and its dispatch); autotuning measures real launches."""
+    flops = 50e12
+    """Nominal fp32 flop/s (no tensor cores): cuBLAS measured 50.7 TFLOP/s at 4096^3 on an H200."""
+    bandwidth = 3e12
+    """Nominal bytes/s of its memory."""
+    tile = 128
+    """Side of the output tile one multiprocessor computes at a time (the roofline counts waves of tiles)."""
+
+    def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK, units: int = 132) -> None:
+        self._cp = cp
+        self.index = index
+        self.units = units
+        """Multiprocessors."""
+        self.name = f"cublas:{label}"
+        self.pool = f"cuda:{index}"
+        self.link = link
+        self.driver_version = f"cupy {cp.__version__} cuda {cp.cuda.runtime.runtimeGetVersion()}"
+        self._plans: dict[str, Matmul | None] = {}
+        self._built: dict[tuple[str, Variant], Nvrtc] = {}
+
+    def _matmul(self, kernel: Kernel) -> Matmul | None:
+        if kernel.key not in self._plans:
+            self._plans[kernel.key] = as_matmul(kernel)
+        return self._plans[kernel.key]
+
+    def supports(self, kernel: Kernel) -> bool:
+        return self._matmul(kernel) is not None or cuda.cuda_error(kernel) is None
+
+    def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
+        """NVRTC's kernels and epilogues take ``cuda.variant_error``'s variants; a bare cuBLAS call none."""
+        found = self._matmul(kernel)
+        if found is None:
+            return cuda.variant_error(kernel, variant)
+        if found.epilogue is None:
+            return None if variant == DEFAULT_VARIANT else "cuBLAS has no variants"
+        return cuda.variant_error(found.epilogue, variant)
+
+    def _build(self, kernel: Kernel, variant: Variant) -> Nvrtc:
+        """The NVRTC build of ``kernel`` in ``variant``, made once: each plan execution compiles its launches,
+        and a fresh module's first launch also loads it (lazily, inside the timed window)."""
+        key = (kernel.key, variant)
+        if key not in self._built:
+            code, name = cuda.source(kernel, variant)
+            with self._cp.cuda.Device(self.index):
+                self._built[key] = Nvrtc(kernel, variant, self._cp.RawModule(code=code).get_function(name))
+        return self._built[key]
+
+    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Nvrtc:
+        found = self._matmul(kernel)
+        if found is None:
+            return self._build(kernel, variant)
+        built = None if found.epilogue is None else self._build(found.epilogue, variant)
+        return replace(found, variant=variant, built=built)
+
+    def alloc(self, buffer: Buffer) -> Any:
+        with self._cp.cuda.Device(self.index):
+            return self._cp.empty(buffer.numel, buffer.dtype.numpy)
+
+    def upload(self, array: np.ndarray) -> Any:
+        with self._cp.cuda.Device(self.index):
+            return self._cp.asarray(np.ascontiguousarray(array).reshape(-1))
+
+    def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
+        return self._cp.asnumpy(handle).astype(buffer.dtype.numpy, copy=False).reshape(buffer.shape)
+
+    def free(self, handle: Any) -> None:
+        pass  # cupy's pool takes the memory back when the last reference goes
+
+    def _view(self, flat: Any, load: Load, mm: Matmul) -> Any:
+        """``load`` over every axis of the split kernel as a zero-copy strided view (stride 0 where unused)."""
+        axes = sorted(mm.split.axes, key=mm.split.axes.get)
+        shape = tuple(v.size if load.index.coefficient(v) else 1 for v in axes)
+        strides = tuple(load.index.coefficient(v) * flat.itemsize for v in axes)
+        return self._cp.lib.stride_tricks.as_strided(flat[load.index.const:], shape, strides)
+
+    def _gemm(self, mm: Matmul, inputs: list[Any], out: Any) -> Callable[[], object]:
+        """The matmul as a call whose operand views are made already (cupy's host work stays out of the timed
+        window); one 2-D GEMM when there is no batch."""
+        cp = self._cp
+        sizes = _sizes(mm)
+        batch, m, k, n = _dims(mm)
+        av = self._view(inputs[mm.a.input], mm.a, mm)
+        bv = self._view(inputs[mm.b.input], mm.b, mm)
+        rest_a = tuple(i for i in range(len(sizes)) if i not in (*mm.batch, *mm.m, *mm.k))
+        rest_b = tuple(i for i in range(len(sizes)) if i not in (*mm.batch, *mm.k, *mm.n))
+        am = av.transpose(mm.batch + mm.m + mm.k + rest_a).reshape(batch, m, k)
+        bm = bv.transpose(mm.batch + mm.k + mm.n + rest_b).reshape(batch, k, n)
+        if batch == 1:
+            am, bm = am[0], bm[0]
+        ng = len(mm.split.kernel.vars)
+        if mm.order == tuple(range(ng)):
+            target = out.reshape(am.shape[:-1] + bm.shape[-1:])
+            return lambda: cp.matmul(am, bm, out=target)
+        permuted = out.reshape(sizes[:ng])
+        back = tuple(int(i) for i in np.argsort(mm.order))
+
+        def run() -> None:
+            permuted[...] = cp.matmul(am, bm).reshape([sizes[i] for i in mm.order]).transpose(back)
+
+        return run
+
+    def _nvrtc(self, e: Nvrtc, args: list[Any]) -> None:
+        if e.kernel.numel:
+            blocks, threads = cuda.grid(e.kernel, e.variant)
+            e.function((blocks,), (threads,), tuple(args))
+
+    def launch(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> float:
+        """Run the kernel (matmul, then its epilogue) and return its GPU time (CUDA events around it)."""
+        cp = self._cp
+        with cp.cuda.Device(self.index):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            if isinstance(compiled, Nvrtc):
+                calls = [lambda: self._nvrtc(compiled, [*inputs, *outputs])]
+            elif compiled.built is None:
+                calls = [self._gemm(compiled, inputs, outputs[0])]
+            else:
+                acc = cp.empty(compiled.kernel.numel, np.float32)
+                epilogue = compiled.built
+                calls = [self._gemm(compiled, inputs, acc), lambda: self._nvrtc(epilogue, [*inputs, acc, *outputs])]
+            start.record()
+            for call in calls:
+                call()
+            end.record()
+            end.synchronize()
+            return cp.cuda.get_elapsed_time(start, end) * 1e-3
+
+    def estimate(self, kernel: Kernel) -> float:
+        """Roofline plus the launch: a matmul's flops in waves of ``tile``-square output tiles, one per
+        multiprocessor at ``flops / units`` (a small matmul leaves most of them idle); any other kernel's
+        reduce flops at ``flops``; either's buffers' bytes at ``bandwidth``."""
+        nbytes = sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
+        seconds = max(nbytes / self.bandwidth, 2 * kernel.numel * sum(r.size for r in kernel.reduces) / self.flops)
+        mm = self._matmul(kernel) if kernel.reduce is not None else None
+        if mm is not None:
+            batch, m, k, n = _dims(mm)
+            waves = math.ceil(batch * math.ceil(m / self.tile) * math.ceil(n / self.tile) / self.units)
+            seconds = max(seconds, waves * 2 * self.tile * self.tile * k * self.units / self.flops)
+        return self.launch_overhead + seconds
+
+    def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
+        """``estimate`` over the share of the GPU an NVRTC launch fills: fewer threads than the multiprocessors
+        hold (``THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200)."""
+        if self._matmul(kernel) is not None:
+            return self.estimate(kernel)
+        blocks, threads = cuda.grid(kernel, variant)
+        fill = min(1.0, max(blocks * threads, 1) / (self.units * THREADS))
+        return self.launch_overhead + (self.estimate(kernel) - self.launch_overhead) / fill
+
+    def transfer_estimate(self, nbytes: int) -> float:
+        return self.link.seconds(nbytes)
+
+
+def discover(notes: list[str] | None = None) -> list[CublasDevice]:
+    """One device per CUDA device; an empty list, never an error.  Where cupy is not installed (an optional
+    extra) nothing is said; where it is but cannot be imported, finds no device, or ``CUPY_TF32`` would let
+    cuBLAS round fp32 inputs to TF32, one line in ``notes`` says why."""
+    try:
+        import cupy as cp
+    except ModuleNotFoundError as e:
+        if e.name == "cupy":
+            return []
+        cp, why = None, f"cupy cannot be imported ({e}): {NO_CUDA}"
+    except Exception as e:  # a cupy built for another CUDA
+        cp, why = None, f"cupy cannot be imported ({str(e).splitlines()[0] if str(e) else type(e).__name__}): {NO_CUDA}"
+    devices: list[CublasDevice] = []
+    if cp is not None:
+        why = ""
+        if os.environ.get("CUPY_TF32", "0") != "0":
+            why = "CUPY_TF32 is set (cuBLAS would round fp32 inputs to TF32); unset it"
+        else:
+            try:
+                for i in range(cp.cuda.runtime.getDeviceCount()):
+                    props = cp.cuda.runtime.getDeviceProperties(i)
+                    devices.append(CublasDevice(cp, i, props["name"].decode(), units=props["multiProcessorCount"]))
+            except Exception as e:  # no driver, no device
+                why = f"no CUDA device ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+            if not devices and not why:
+                why = "no CUDA device"
+    if why and notes is not None:
+        notes.append(f"cuBLAS devices not offered: {why}")
+    return devices

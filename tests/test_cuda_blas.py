@@ -1,0 +1,221 @@
+"""The CUDA device: discovery without cupy, the matmul mapping and its epilogues (run on numpy standing in for
+cupy and for NVRTC's kernels, so CI checks them without a GPU), extraction choosing it by its costs, and on a
+real CUDA GPU the math (TF32 off), NVRTC's kernels and whole plans."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import sample_graphs
+from engine import Tensor, from_tensors, load
+from engine.devices import cuda_blas
+from engine.devices.base import DEFAULT_VARIANT, Variant
+from engine.devices.numpy_device import NumpyDevice
+from engine.pipeline import Options, compile_program
+from engine.tuning.links import Link
+from engine.tuning.model import suggest
+from engine.tuning.space import seeds
+
+
+class _Event:
+    def record(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _Device:
+    def __init__(self, index: int) -> None:
+        pass
+
+    def __enter__(self) -> None:
+        pass
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def _numpy_as_cupy() -> types.SimpleNamespace:
+    """numpy behind cupy's names: the device's own logic runs on the host."""
+    cuda = types.SimpleNamespace(Device=_Device, Event=_Event, get_elapsed_time=lambda a, b: 1e-3,
+                                 runtime=types.SimpleNamespace(runtimeGetVersion=lambda: 0))
+    return types.SimpleNamespace(__version__="numpy", cuda=cuda, empty=np.empty, asarray=np.asarray,
+                                 asnumpy=np.asarray, matmul=np.matmul, lib=np.lib)
+
+
+class _HostCublas(cuda_blas.CublasDevice):
+    """The device's logic on the host: numpy as cupy, and NVRTC's kernels run by the numpy device instead."""
+
+    def _build(self, kernel, variant):
+        host = NumpyDevice()
+        compiled = host.compile(kernel)
+        n = len(kernel.inputs)
+        return cuda_blas.Nvrtc(kernel, variant,
+                                     lambda grid, block, args: host.launch(compiled, list(args[:n]), list(args[n:])))
+
+
+def _host_cublas(seconds_per_byte: float = 0.0) -> cuda_blas.CublasDevice:
+    return _HostCublas(_numpy_as_cupy(), 0, "fake", Link(0.0, 1 / max(seconds_per_byte, 1e-30)))
+
+
+def _program(kind: str):
+    if kind == "batched_transposed":  # heads: (b, m, k) @ (b, n, k)^T, output permuted to (m, b, n)
+        a = Tensor.input("a", (3, 5, 7))
+        b = Tensor.input("b", (3, 6, 7))
+        return from_tensors({"y": (a @ b.permute(0, 2, 1)).permute(1, 0, 2)})
+    a = Tensor.input("a", (64, 48))
+    b = Tensor.input("b", (48, 32))
+    return from_tensors({"y": a @ b})
+
+
+def test_without_cupy_no_device_and_no_note(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # import fails: not installed
+    notes: list[str] = []
+    assert cuda_blas.discover(notes) == [] and notes == []
+
+
+def test_cupy_without_a_gpu_is_one_note(monkeypatch):
+    def no_device() -> int:
+        raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected\nmore")
+
+    cp = _numpy_as_cupy()
+    cp.cuda.runtime.getDeviceCount = no_device
+    monkeypatch.setitem(sys.modules, "cupy", cp)
+    notes: list[str] = []
+    assert cuda_blas.discover(notes) == []
+    assert notes == ["cuBLAS devices not offered: no CUDA device (cudaErrorNoDevice: no CUDA-capable device is detected)"]
+
+
+def test_tf32_switched_on_is_refused(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _numpy_as_cupy())
+    monkeypatch.setenv("CUPY_TF32", "1")
+    notes: list[str] = []
+    assert cuda_blas.discover(notes) == [] and "CUPY_TF32" in notes[0]
+
+
+@pytest.mark.parametrize("kind", ["plain", "batched_transposed"])
+def test_extraction_picks_the_library_when_it_is_cheaper_and_the_plan_verifies(kind):
+    device = _host_cublas()
+    c = compile_program(_program(kind), [NumpyDevice(), device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+    assert any(s.device == device.name for s in c.plan.launches())
+
+
+def test_transfers_that_cost_more_than_the_work_keep_the_plan_on_the_host():
+    device = _host_cublas(seconds_per_byte=1.0)
+    c = compile_program(_program("plain"), [NumpyDevice(), device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+    assert {s.device for s in c.plan.launches()} == {"numpy"}
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_a_matmul_with_an_epilogue_runs_on_the_device_and_verifies(activation):
+    x = Tensor.input("x", (16, 32))
+    w = Tensor.input("w", (32, 24))
+    bias = Tensor.input("bias", (24,))
+    device = _host_cublas()
+    y = getattr(x @ w + bias, activation)()
+    c = compile_program(from_tensors({"y": y}), [NumpyDevice(), device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+    launched = c.plan.launches()
+    assert {s.device for s in launched} == {device.name}
+    epilogues = [cuda_blas.as_matmul(s.kernel).epilogue for s in launched if s.kernel.reduce is not None]
+    assert epilogues and all(e is not None and e.reduce is None for e in epilogues)
+
+
+def test_size_one_axes_and_reduce_free_kernels_are_taken():
+    a = Tensor.input("a", (8, 1, 4))
+    b = Tensor.input("b", (4, 8))
+    device = _host_cublas()
+    assert device.supports(_kernels(a.exp())[0])
+    (k,) = _kernels(a @ b)
+    assert k.shape.count(1) and device.supports(k)
+
+
+def test_variants_apply_to_elementwise_kernels_and_epilogues_not_to_a_bare_gemm():
+    device = _host_cublas()
+    x = Tensor.input("x", (64, 64))
+    (bare,) = _kernels(x @ Tensor.input("w", (64, 64)))
+    (elementwise,) = _kernels(x.exp())
+    upcast, group = Variant(local_size=256, upcast=4), Variant(group=256)
+    assert device.variant_error(bare, DEFAULT_VARIANT) is None and device.variant_error(bare, upcast)
+    assert device.variant_error(elementwise, upcast) is None and device.variant_error(elementwise, group)
+
+
+def test_a_long_reduce_over_few_rows_is_predicted_faster_split_across_a_block():
+    device = _host_cublas()
+    (k,) = _kernels(Tensor.input("x", (1024, 4096)).sum(-1))
+    assert suggest(k, device).group > 1  # what the calibration's row-sum benchmark times
+    assert device.predict(k, DEFAULT_VARIANT) > 100 * device.predict(k, Variant(group=256))
+
+
+def _kernels(t):
+    c = compile_program(from_tensors({"y": t}), [NumpyDevice()], Options(tune=False, tune_cache=False, execute=False))
+    return [s.kernel for s in c.plan.launches()]
+
+
+def _cupy():
+    try:
+        import cupy as cp
+
+        return cp if cp.cuda.runtime.getDeviceCount() else None
+    except Exception:
+        return None
+
+
+@pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
+def test_on_the_gpu_fp32_math_is_not_tf32():
+    (device,) = cuda_blas.discover()[:1]
+    n = 1024
+    a = Tensor.input("a", (n, n))
+    b = Tensor.input("b", (n, n))
+    c = compile_program(from_tensors({"y": a @ b}), [NumpyDevice(), device], Options(tune_cache=False))
+    assert c.verification.ok and {s.device for s in c.plan.launches()} == {device.name}
+    k = c.plan.launches()[0]
+    values = c.program.input_values()
+    ins = [device.upload(values[x]) for x in ("a", "b")]
+    out = device.alloc(k.kernel.output_types[0])
+    device.launch(device.compile(k.kernel), ins, [out])
+    exact = values["a"].astype(np.float64) @ values["b"].astype(np.float64)
+    err = np.abs(device.download(out, k.kernel.output_types[0]) - exact).max() / np.abs(exact).max()
+    assert err < 1e-5  # TF32 (10-bit mantissa) gives ~1e-3
+
+
+@pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
+@pytest.mark.parametrize("sample", ["mlp.small", "gelu_ffn.small", "swiglu_mlp.small", "elementwise.small",
+                                    "attention.small", "layernorm.small", "reductions.small", "sum.small"])
+def test_on_the_gpu_each_kernel_matches_the_numpy_device_and_plans_verify(sample):
+    (device,) = cuda_blas.discover()[:1]
+    program = load(sample_graphs.path(sample))
+    host = NumpyDevice()
+    c = compile_program(program, [host], Options(tune=False, tune_cache=False, execute=False))
+    rng = np.random.default_rng(0)
+    ran = 0
+    for k in (s.kernel for s in c.plan.launches() if device.supports(s.kernel)):
+        ins = [rng.standard_normal(b.numel).astype(b.dtype.numpy) for b in k.inputs]
+        want = [np.full(b.numel, np.nan, b.dtype.numpy) for b in k.output_types]
+        host.launch(host.compile(k), ins, want)
+        if cuda_blas.as_matmul(k) is None:  # an NVRTC kernel is built once (see ``_build``)
+            assert device.compile(k).function is device.compile(k).function
+        for v in [v for v in seeds(k, True) if device.variant_error(k, v) is None]:
+            got = [device.upload(np.full(b.numel, np.nan, b.dtype.numpy)) for b in k.output_types]
+            device.launch(device.compile(k, v), [device.upload(x) for x in ins], got)
+            for g, w, b in zip(got, want, k.output_types):
+                np.testing.assert_allclose(device.download(g, b).reshape(-1), w, rtol=1e-4, atol=1e-4, err_msg=str(v))
+            ran += 1
+    assert ran
+    assert compile_program(program, [host, device], Options(tune=False, tune_cache=False)).verification.ok
+
+
+def test_a_small_matmul_is_priced_as_a_whole_wave_of_tiles():
+    device = _host_cublas()
+    (small,) = _kernels(Tensor.input("a", (256, 256)) @ Tensor.input("b", (256, 256)))
+    (large,) = _kernels(Tensor.input("a", (4096, 4096)) @ Tensor.input("b", (4096, 4096)))
+    peak = [2 * k.numel * k.reduce.size / device.flops for k in (small, large)]
+    assert device.estimate(small) - device.launch_overhead > 20 * peak[0]  # 4 tiles on 132 multiprocessors
+    assert device.estimate(large) - device.launch_overhead < 1.1 * peak[1]
