@@ -9,11 +9,12 @@ explorer shows them as just more alternatives, and extraction picks among them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from engine.devices.base import HOST, Device
 from engine.egraph.egraph import ClassId, NodeId
+from engine.kernel.decisions import Refused
 from engine.kernel.kernelize import Kernelization
 from engine.program.dtypes import DType
 from engine.program.primitives import Shape
@@ -53,18 +54,24 @@ class Attached:
 
     kernels: tuple[NodeId, ...]
     transfers: tuple[NodeId, ...]
+    refused: Mapping[str, tuple[Refused, ...]] = field(default_factory=dict)
+    """By candidate id: the devices that cannot run it, and why."""
 
 
 def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
     """Add a kernel node per (candidate, device that supports it) and a ToDevice node per class and pool."""
     egraph = kz.egraph
     kernels = []
+    refused: dict[str, tuple[Refused, ...]] = {}
     for cand_id, cand in kz.candidates.items():
         cls = egraph.eclass(cand.output)
         for device in devices:
             if device.supports(cand.kernel):
                 param = KernelNode(cand_id, device.name, cls.shape, cls.dtype)
                 kernels.append(egraph.attach(cand.output, "kernel", param, cand.inputs, KERNELIZE))
+            else:
+                why = Refused(device.name, device.unsupported(cand.kernel) or "the device declines it")
+                refused[cand_id] = (*refused.get(cand_id, ()), why)
     pools = list(dict.fromkeys([HOST, *(d.pool for d in devices)]))
     transfers = []
     for c in _stored_classes(kz):
@@ -72,7 +79,7 @@ def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
         for pool in pools:
             transfers.append(egraph.attach(c, "to_device", ToDevice(pool, cls.shape, cls.dtype), (c,), TRANSFER))
     egraph.rebuild()
-    return Attached(tuple(kernels), tuple(transfers))
+    return Attached(tuple(kernels), tuple(transfers), refused)
 
 
 def _stored_classes(kz: Kernelization) -> list[ClassId]:
