@@ -55,7 +55,8 @@ def run(program: Program, args: argparse.Namespace, devices: list, options: Any,
 
         for c in compile_stages(program, devices, options, progress=tuning):
             if c.kernelization is not None and not names:
-                names.update({cand.kernel.key: cand.kernel.name for cand in c.kernelization.candidates.values()})
+                kz = c.kernelization
+                names.update({cand.kernel.key: kz.name(k) for k, cand in kz.candidates.items()})
             bar.update(task, description=f"{c.stage} done")
     out = summary(c)
     if args.json:
@@ -71,7 +72,7 @@ def _print(out: dict[str, Any], console: Console) -> None:
         table.add_column(col, justify="right" if col in ("predicted", "measured") else "left")
     for launch in out["plan"]:
         predicted = f"{seconds_text(launch['predicted_s'])} {'m' if launch['timed'] else 'p'}"
-        table.add_row(launch["kernel"], launch["device"], launch["variant"], predicted,
+        table.add_row(launch["name"], launch["device"], launch["variant"], predicted,
                       seconds_text(launch["measured_s"]))
     console.print(table)
     budget = "" if out["budget_s"] is None else f" of a {seconds_text(out['budget_s'])} budget"

@@ -19,7 +19,9 @@ from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Why
 from engine.kernel.attach import KernelNode
+from engine.kernel.decisions import kernel_lines
 from engine.kernel.kernelize import Candidate
+from engine.locate import Located, locate, tensors_of
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
 from engine.tuning import FAILED, OK, WRONG, TuneResult
@@ -139,6 +141,36 @@ class Session:
         c = self.compilation
         return c.kernelization.candidates.get(cand_id) if c is not None and c.kernelization is not None else None
 
+    def kernel_name(self, cand_id: str) -> str:
+        """Candidate ``cand_id``'s readable name (``engine.kernel.names``)."""
+        c = self.compilation
+        return c.kernelization.name(cand_id) if c is not None and c.kernelization is not None else cand_id
+
+    def kernel_lines(self, stage: str, cand_id: str) -> list[str]:
+        """The kernelizer's decisions on candidate ``cand_id``, its rivals priced as ``stage`` prices them."""
+        c = self.compilation
+        if c is None or c.kernelization is None or c.attached is None or cand_id not in c.kernelization.candidates:
+            return []
+        short = self.short()
+        return kernel_lines(c.kernelization, c.attached.refused, cand_id, self.kernel_times(stage),
+                            lambda d: short.get(d, d))
+
+    def locate(self, stage: str, tensor: str) -> Located | None:
+        """Where program tensor ``tensor`` went as of ``stage`` (classes from ``egraph`` on, kernels and steps
+        from ``plan`` on); None before the e-graph or for a tensor nothing reads."""
+        c, eg = self.current(), self.egraph(stage)
+        if eg is None or c is None:
+            return None
+        kz = c.kernelization if reached(stage, KERNELIZED) else None
+        return locate(eg, kz, self.plan(stage), tensor)
+
+    def tensors_of(self, cand_id: str) -> list[str]:
+        """The program tensors candidate ``cand_id`` computes (``engine.locate.tensors_of``)."""
+        c = self.compilation
+        if c is None or c.kernelization is None or c.egraph is None or cand_id not in c.kernelization.candidates:
+            return []
+        return tensors_of(c.egraph, c.kernelization, cand_id)
+
     # -- pins ------------------------------------------------------------------------------
 
     def pin(self, cid: ClassId, target: PinTarget) -> tuple[float, float]:
@@ -254,7 +286,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None, short: Mapping
     for i, step in enumerate(plan.steps):
         kind = type(step).__name__
         if isinstance(step, Launch):
-            what = f"{step.kernel.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
+            what = f"{step.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
             where, predicted, nbytes = step.device, step.predicted, sum(b.nbytes for b in step.kernel.output_types)
         elif isinstance(step, Copy):
             what = f"c{step.source[0]}: {short.get(step.source[1], step.source[1])} -> {short.get(step.target[1], step.target[1])}"
@@ -311,7 +343,7 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
                  for d, (kn, _) in row_times.items()}
         measured = "m" in kinds.values()  # then only measured cells compete for "<": a prediction is not a timing
         best = min((s for d, (_, s) in row_times.items() if kinds[d] == "m" or not measured), default=math.inf)
-        name = cand.kernel.name + (f" ×{uses[cand.kernel.name]}" if uses[cand.kernel.name] > 1 else "")
+        name = kz.name(cid) + (f" ×{uses[cand.kernel.name]}" if uses[cand.kernel.name] > 1 else "")
         cells = [name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
         for d in c.devices:
             if d.name not in row_times:
@@ -322,7 +354,7 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
             mark = "*" if kn in chosen else ("<" if s == best and (kind == "m" or not measured) else " ")
             cells.append(f"{seconds_text(s)} {kind}{mark}")
         style = "bold" if cid in chosen_cands else ""
-        rows.append(Row(cid, tuple(cells), style, (cand.kernel.name, cand.output, cells[2],
+        rows.append(Row(cid, tuple(cells), style, (kz.name(cid), cand.output, cells[2],
                                                    *(row_times.get(d.name, (None, math.inf))[1] for d in c.devices))))
     return rows
 

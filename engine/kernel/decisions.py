@@ -10,10 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine import units
 from engine.egraph.egraph import ClassId, NodeId
 from engine.kernel.cost import Work
+
+if TYPE_CHECKING:  # both import this module
+    from engine.kernel.attach import KernelNode
+    from engine.kernel.kernelize import Kernelization
 
 RULES = {
     "root": "the class the kernel computes",
@@ -98,11 +103,12 @@ def _classes(items: Sequence[Fused] | Sequence[Boundary], key: str, attr: str) -
     return " ".join(f"c{x.cls}" for x in items if getattr(x, attr) == key)
 
 
-def decision_lines(d: Decisions, refused: Sequence[Refused], rivals: Sequence[tuple[str, Decisions]],
-                   times: Callable[[str], Mapping[str, float]], device_name: Callable[[str], str] = str) -> list[str]:
+def decision_lines(d: Decisions, refused: Sequence[Refused],
+                   rivals: Sequence[tuple[str, Decisions, Mapping[str, float]]],
+                   device_name: Callable[[str], str] = str) -> list[str]:
     """The decisions as text, one line each: how it was grown, fused classes by rule, boundaries by reason,
     store-vs-recompute with its numbers, the refusing devices, and the rivals (other candidates of the same
-    class) with their work and ``times(name)`` (seconds by device name, as the viewed stage prices them)."""
+    class: name, decisions, seconds by device name as the viewed stage prices them)."""
     lines = [f"grown from n{d.root}: {GROWN[d.grown]}; {_work(d.work)}"]
     for rule in RULES:
         fused = _classes(d.fused, rule, "rule")
@@ -119,11 +125,21 @@ def decision_lines(d: Decisions, refused: Sequence[Refused], rivals: Sequence[tu
                      f"traffic vs recompute {s.recompute_ops:,} more ops")
     for r in refused:
         lines.append(f"not on {device_name(r.device)}: {r.reason}")
-    for name, rival in rivals:
-        priced = ", ".join(f"{device_name(dev)} {units.seconds(t)}" for dev, t in sorted(times(name).items()))
+    for name, rival, times in rivals:
+        priced = ", ".join(f"{device_name(dev)} {units.seconds(t)}" for dev, t in sorted(times.items()))
         lines.append(f"rival {name} ({GROWN[rival.grown].split(':')[0]}, n{rival.root}): {_work(rival.work)}"
                      + (f"; {priced}" if priced else ""))
     return lines
+
+
+def kernel_lines(kz: Kernelization, refused: Mapping[str, Sequence[Refused]], cand_id: str,
+                 times: Mapping[KernelNode, float], device_name: Callable[[str], str] = str) -> list[str]:
+    """``decision_lines`` of candidate ``cand_id``, its rivals priced by ``times`` (the viewed stage's)."""
+    def priced(k: str) -> dict[str, float]:
+        return {kn.device: t for kn, t in times.items() if kn.candidate == k}
+
+    rivals = [(kz.name(k), kz.candidates[k].decisions, priced(k)) for k in kz.rivals(cand_id)]
+    return decision_lines(kz.candidates[cand_id].decisions, refused.get(cand_id, ()), rivals, device_name)
 
 
 def _work(w: Work) -> str:

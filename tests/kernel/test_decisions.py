@@ -49,7 +49,7 @@ def test_a_shared_reduce_is_stored_with_its_numbers():
     # 8 f32 values written once and read by 2 consumers; recomputing repeats 8 rows of 16 adds + 1 relu once more
     assert sharing == Sharing(shared, 2, True, True, 8 * 4 * 3, 8 * 17)
     assert any("stored (it holds a reduce); store 96 B traffic vs recompute 136 more ops" in line
-               for line in decision_lines(cand.decisions, (), (), lambda name: {}))
+               for line in decision_lines(cand.decisions, (), ()))
 
 
 def test_a_shared_elementwise_value_is_recomputed():
