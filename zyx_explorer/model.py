@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from engine import Program, pipeline
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Why
+from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Term, Why
 from engine.kernel.attach import KernelNode
 from engine.kernel.decisions import kernel_lines
-from engine.kernel.kernelize import Candidate
+from engine.kernel.kernelize import Candidate, Kernelization
 from engine.locate import Located, locate, tensors_of
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
@@ -243,6 +243,22 @@ def form_name(eg: EGraph, n: NodeId) -> str:
     if op == "leaf":
         return f"input {param}"
     return eg.describe(n).split("(")[0]
+
+
+def term_text(eg: EGraph, kz: Kernelization | None, t: Term, short: Mapping[str, str],
+              measured: Callable[[KernelNode], bool]) -> str:
+    """A kernel or copy of a ``Why`` with its seconds as the extractor priced them: m measured, p predicted;
+    kernels by their readable names, devices by their ``short`` names."""
+    def device(name: str) -> str:
+        return short.get(name, name.split(":")[0])
+
+    if t.copy:
+        return f"copy to {device(t.value[1])} {seconds_text(t.seconds)} p"
+    param = eg.node(t.node).param
+    if not isinstance(param, KernelNode):
+        return f"n{t.node} {eg.describe(t.node).split('(')[0]}"
+    name = kz.name(param.candidate) if kz is not None else f"n{t.node}"
+    return f"{name} on {device(param.device)} {seconds_text(t.seconds)} {'m' if measured(param) else 'p'}"
 
 
 def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, object] = {}) -> list[Row]:

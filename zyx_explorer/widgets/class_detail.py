@@ -16,7 +16,7 @@ from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.extract import Extraction, Term, Why
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Kernelization
-from zyx_explorer.model import plural, seconds_text, shape_text
+from zyx_explorer.model import plural, seconds_text, shape_text, term_text
 from zyx_explorer.widgets.text_list import TextList
 
 HEAD_LINES = 5
@@ -143,14 +143,7 @@ class ClassDetail(Vertical):
         _update_in_place(self.query_one("#explain", Static), Text(self.explanation))
 
     def _term(self, eg: EGraph, t: Term) -> str:
-        """A kernel or copy with its seconds as the extractor priced them: m measured, p predicted."""
-        if t.copy:
-            return f"copy to {self._device(t.value[1])} {seconds_text(t.seconds)} p"
-        param = eg.node(t.node).param
-        if not isinstance(param, KernelNode):
-            return f"n{t.node} {eg.describe(t.node).split('(')[0]}"
-        name = self._kz.name(param.candidate) if self._kz is not None else f"n{t.node}"
-        return f"{name} on {self._device(param.device)} {seconds_text(t.seconds)} {'m' if self._measured(param) else 'p'}"
+        return term_text(eg, self._kz, t, self._short, self._measured)
 
     def _device(self, name: str) -> str:
         return self._short.get(name, name.split(":")[0])
