@@ -20,15 +20,17 @@ from engine.summary import summary
 from engine.tuning import Progress
 from zyx_explorer.model import seconds_text
 
+DESCRIPTION = ("Compile FILE for the devices found (tuning within the budget), run the plan, verify it against the "
+               "reference and print the plan: each launch's device, variant, predicted (m: measured by the tuner, "
+               "p: the calibrated cost model) and measured time.")
 
-def parser(compile_arguments) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="zyx-explore compile",
-        description="Compile FILE for the devices found (tuning within the budget), run the plan, verify it against "
-        "the reference and print the plan: each launch's device, variant, predicted (m: measured by the tuner, "
-        "p: the calibrated cost model) and measured time.")
+
+def parser(compile_arguments, prog: str = "zyx-explore compile", description: str = DESCRIPTION
+           ) -> argparse.ArgumentParser:
+    """The parser of a headless command on FILE (``compile``, ``why``): ``--json`` and the compilation options."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("file", type=Path, help="the graph.json file or ONNX model")
-    p.add_argument("--json", action="store_true", help="print one JSON object (see docs/tuning.md)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (docs/tuning.md describes compile's)")
     compile_arguments(p)
     return p
 

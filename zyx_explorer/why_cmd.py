@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -25,6 +24,7 @@ from engine.kernel.decisions import kernel_lines
 from engine.locate import computed, locate, tensors_of
 from engine.pipeline import Compilation, explain
 from engine.plan import Launch
+from zyx_explorer import compile_cmd
 from zyx_explorer.model import term_text
 
 RIVALS = 3
@@ -34,15 +34,12 @@ CLASS_ID = re.compile(r"c?(\d+)")
 
 
 def parser(compile_arguments) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="zyx-explore why",
-        description="Compile FILE and say, for one program tensor (by name) or e-class (c12), what it became: its "
-        "classes, the form the plan chose and the rivals it beat (plan DAG cost, the class detail's numbers), the "
-        "kernels that compute it with their fusion decisions, devices and times (m measured, p predicted).")
-    p.add_argument("file", type=Path, help="the graph.json file or ONNX model")
+    p = compile_cmd.parser(
+        compile_arguments, "zyx-explore why",
+        "Compile FILE and say, for one program tensor (by name) or e-class (c12), what it became: its classes, the "
+        "form the plan chose and the rivals it beat (plan DAG cost, the class detail's numbers), the kernels that "
+        "compute it with their fusion decisions, devices and times (m measured, p predicted).")
     p.add_argument("target", metavar="TENSOR_OR_CLASS", help="a program tensor's name, or a class id (c12 or 12)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    compile_arguments(p)
     return p
 
 

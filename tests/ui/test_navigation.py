@@ -3,6 +3,8 @@ kernel to its program tensors, the kernelizer's decisions in the class detail an
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
+
 from engine.locate import locate
 from engine.plan import Launch
 from tests.ui.conftest import compiled
@@ -26,13 +28,21 @@ async def _enter_on(pilot, tensor: str) -> None:
     await pilot.pause()
 
 
+@asynccontextmanager
+async def jumped(app_factory, tensor: str | None = None):
+    """The compiled explorer on mlp.small, after enter on program tensor ``tensor`` (if given)."""
+    app = app_factory()
+    async with app.run_test(size=SIZE) as pilot:
+        await compiled(pilot)
+        if tensor is not None:
+            await _enter_on(pilot, tensor)
+        yield app, pilot
+
+
 class TestTensorToKernel:
     async def test_enter_on_a_tensor_jumps_to_its_class_kernel_and_plan_step(self, app_factory):
-        app = app_factory()
-        async with app.run_test(size=SIZE) as pilot:
-            await compiled(pilot)
+        async with jumped(app_factory, "t1") as (app, _):  # mlp.small: t1 = add(t0, b1), fused with the matmul t0
             c = app.session.compilation
-            await _enter_on(pilot, "t1")  # mlp.small: t1 = add(t0, b1), fused with the matmul t0
             where = locate(c.egraph, c.kernelization, c.plan, "t1")
             step = c.plan.steps[where.steps[0]]
             assert isinstance(step, Launch) and "t1" in step.name
@@ -41,37 +51,26 @@ class TestTensorToKernel:
             assert f"kernel {step.name} at step {where.steps[0]}" in notes(app)
 
     async def test_enter_on_an_input_jumps_to_its_allocate(self, app_factory):
-        app = app_factory()
-        async with app.run_test(size=SIZE) as pilot:
-            await compiled(pilot)
-            await _enter_on(pilot, "w1")
+        async with jumped(app_factory, "w1") as (app, _):
             step = app.session.compilation.plan.steps[app.query_one(PlanTable).current_key]
             assert app._active_tab() == "plan" and getattr(step, "input", None) == "w1"
 
     async def test_t_goes_back_from_a_plan_step_to_the_tensors_it_computes(self, app_factory):
-        app = app_factory()
-        async with app.run_test(size=SIZE) as pilot:
-            await compiled(pilot)
-            await _enter_on(pilot, "t1")
+        async with jumped(app_factory, "t1") as (app, pilot):
             await pilot.press("t")
             assert app._active_tab() == "program"
             assert app.query_one(ProgramTable).current_key in app.session.tensors_of(app.kernel)
             assert "t1" in app.session.tensors_of(app.kernel)
 
     async def test_t_without_a_kernel_is_a_warning(self, app_factory):
-        app = app_factory()
-        async with app.run_test(size=SIZE) as pilot:
-            await compiled(pilot)
+        async with jumped(app_factory) as (app, pilot):
             await pilot.press("4", "t")  # the plan's first step allocates an input: no kernel
             assert app._active_tab() == "plan" and "highlight a kernel" in notes(app)
 
 
 class TestDecisionsShown:
     async def test_the_source_pane_names_the_kernel_its_tensors_and_decisions(self, app_factory):
-        app = app_factory()
-        async with app.run_test(size=SIZE) as pilot:
-            await compiled(pilot)
-            await _enter_on(pilot, "t1")
+        async with jumped(app_factory, "t1") as (app, pilot):
             await pilot.press("5")
             source = app.query_one(SourceView)
             text = str(source.content.renderables[0]) + str(source.content.renderables[2])
@@ -79,10 +78,7 @@ class TestDecisionsShown:
             assert "grown from" in text and "left out" in text
 
     async def test_explaining_a_kernel_form_shows_why_it_is_shaped_so(self, app_factory):
-        app = app_factory()
-        async with app.run_test(size=SIZE) as pilot:
-            await compiled(pilot)
-            await _enter_on(pilot, "y")  # an output: its class has kernel forms
+        async with jumped(app_factory, "y") as (app, pilot):  # an output: its class has kernel forms
             detail = app.query_one(ClassDetail)
             app.action_tab("classes")
             eg = app.session.compilation.egraph
