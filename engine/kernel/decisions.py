@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from engine import units
 from engine.egraph.egraph import ClassId, NodeId
-from engine.kernel.cost import Work
+from engine.kernel.cost import Work, work
 
 if TYPE_CHECKING:  # both import this module
     from engine.kernel.attach import KernelNode
@@ -91,8 +91,6 @@ class Decisions:
     fused: tuple[Fused, ...]
     boundaries: tuple[Boundary, ...]
     sharing: tuple[Sharing, ...]
-    work: Work
-    """The kernel's work counts (bytes moved, operations): the cost model's input."""
 
 
 GROWN = {"default": "the class's default form at the root", "form": "another root form of the class",
@@ -103,13 +101,14 @@ def _classes(items: Sequence[Fused] | Sequence[Boundary], key: str, attr: str) -
     return " ".join(f"c{x.cls}" for x in items if getattr(x, attr) == key)
 
 
-def decision_lines(d: Decisions, refused: Sequence[Refused],
-                   rivals: Sequence[tuple[str, Decisions, Mapping[str, float]]],
+def decision_lines(d: Decisions, w: Work, refused: Sequence[Refused],
+                   rivals: Sequence[tuple[str, Decisions, Work, Mapping[str, float]]],
                    device_name: Callable[[str], str] = str) -> list[str]:
-    """The decisions as text, one line each: how it was grown, fused classes by rule, boundaries by reason,
-    store-vs-recompute with its numbers, the refusing devices, and the rivals (other candidates of the same
-    class: name, decisions, seconds by device name as the viewed stage prices them)."""
-    lines = [f"grown from n{d.root}: {GROWN[d.grown]}; {_work(d.work)}"]
+    """The decisions as text, one line each: how it was grown (with the kernel's work ``w``), fused classes by
+    rule, boundaries by reason, store-vs-recompute with its numbers, the refusing devices, and the rivals (other
+    candidates of the same class: name, decisions, work, seconds by device name as the viewed stage prices
+    them)."""
+    lines = [f"grown from n{d.root}: {GROWN[d.grown]}; {_work(w)}"]
     for rule in RULES:
         fused = _classes(d.fused, rule, "rule")
         if fused and rule != "root":
@@ -125,9 +124,9 @@ def decision_lines(d: Decisions, refused: Sequence[Refused],
                      f"traffic vs recompute {s.recompute_ops:,} more ops")
     for r in refused:
         lines.append(f"not on {device_name(r.device)}: {r.reason}")
-    for name, rival, times in rivals:
+    for name, rival, rival_work, times in rivals:
         priced = ", ".join(f"{device_name(dev)} {units.seconds(t)}" for dev, t in sorted(times.items()))
-        lines.append(f"rival {name} ({GROWN[rival.grown].split(':')[0]}, n{rival.root}): {_work(rival.work)}"
+        lines.append(f"rival {name} ({GROWN[rival.grown].split(':')[0]}, n{rival.root}): {_work(rival_work)}"
                      + (f"; {priced}" if priced else ""))
     return lines
 
@@ -138,8 +137,10 @@ def kernel_lines(kz: Kernelization, refused: Mapping[str, Sequence[Refused]], ca
     def priced(k: str) -> dict[str, float]:
         return {kn.device: t for kn, t in times.items() if kn.candidate == k}
 
-    rivals = [(kz.name(k), kz.candidates[k].decisions, priced(k)) for k in kz.rivals(cand_id)]
-    return decision_lines(kz.candidates[cand_id].decisions, refused.get(cand_id, ()), rivals, device_name)
+    rivals = [(kz.name(k), kz.candidates[k].decisions, work(kz.candidates[k].kernel), priced(k))
+              for k in kz.rivals(cand_id)]
+    cand = kz.candidates[cand_id]
+    return decision_lines(cand.decisions, work(cand.kernel), refused.get(cand_id, ()), rivals, device_name)
 
 
 def _work(w: Work) -> str:

@@ -255,8 +255,7 @@ class _Builder:
 
     def candidate(self, kernel: Kernel) -> Candidate:
         decisions = Decisions(self.grown, self.root, tuple(Fused(c, r) for c, r in self.fused.items()),
-                              tuple(Boundary(c, r) for c, r in self.left_out.items()), tuple(self.shared.values()),
-                              work(kernel))
+                              tuple(Boundary(c, r) for c, r in self.left_out.items()), tuple(self.shared.values()))
         return Candidate(kernel, self.output, tuple(self.inputs), self.root, decisions)
 
     def note_sharing(self, c: ClassId, stored: bool) -> None:

@@ -9,6 +9,7 @@ import sample_graphs
 from engine import Tensor, from_tensors, load
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.kernel.attach import attach
+from engine.kernel.cost import work
 from engine.kernel.decisions import Sharing, decision_lines
 from engine.kernel.kernelize import Candidate, Kernelization
 from tests.kernel.test_kernelize import SMALL, kernelized
@@ -49,7 +50,7 @@ def test_a_shared_reduce_is_stored_with_its_numbers():
     # 8 f32 values written once and read by 2 consumers; recomputing repeats 8 rows of 16 adds + 1 relu once more
     assert sharing == Sharing(shared, 2, True, True, 8 * 4 * 3, 8 * 17)
     assert any("stored (it holds a reduce); store 96 B traffic vs recompute 136 more ops" in line
-               for line in decision_lines(cand.decisions, (), ()))
+               for line in decision_lines(cand.decisions, work(cand.kernel), (), ()))
 
 
 def test_a_shared_elementwise_value_is_recomputed():
