@@ -183,7 +183,7 @@ class ExplorerApp(App):
         name = self.program.name or self.source.name
         self.sub_title = f"{name}: {model.plural(len(self.program.nodes), 'node')}, {model.plural(len(self.prims.nodes), 'primitive')}"
         first = self.program.inputs[0].name if self.program.inputs else self.program.nodes[0].id
-        self.query_one(TensorDetail).show(first)
+        self._show_tensor(first)
         self.query_one(ClassesTable).follow = self._class_highlighted
         self._refresh()
         self.set_interval(0.5, self._tick)
@@ -299,6 +299,8 @@ class ExplorerApp(App):
                 if self.selected is None:
                     self.selected = table.current_key  # type: ignore[assignment]
         self._show_detail()
+        if isinstance(key := self.query_one(ProgramTable).current_key, str):
+            self._show_tensor(key)
         self._show_costs()
         self._show_plan()
         self._show_rewrites()
@@ -460,7 +462,13 @@ class ExplorerApp(App):
 
     @on(LineTable.Highlighted, "#program-table")
     def _show_row(self, event: LineTable.Highlighted) -> None:
-        self.query_one(TensorDetail).show(event.key)  # type: ignore[arg-type]
+        self._show_tensor(str(event.key))
+
+    def _show_tensor(self, tensor: str) -> None:
+        """The tensor detail, with where the tensor went as of the viewed stage."""
+        where = self.session.locate(self.viewed, tensor)
+        plan = self.session.plan(self.viewed)
+        self.query_one(TensorDetail).show(tensor, model.where_text(where, plan) if where is not None else "")
 
     @on(LineTable.Selected, "#program-table")
     def _tensor_selected(self, event: LineTable.Selected) -> None:
@@ -472,22 +480,12 @@ class ExplorerApp(App):
             self.notify(f"{tensor} is not compiled yet (or no output reads it)", severity="warning")
             return
         self.select_class(where.value)
-        others = f" (+{len(where.classes) - 1} from its lowering)" if len(where.classes) > 1 else ""
         plan = self.session.plan(self.viewed)
-        if plan is None:
-            self.notify(f"{tensor}: c{where.value}{others}; no plan at this stage", title="Where it went")
-            self.action_tab("classes")
-            return
-        if not where.steps:
-            self.notify(f"{tensor}: c{where.value}{others}; no kernel of the plan computes it on its own (an equal "
-                        "form of its users was chosen)", title="Where it went")
+        self.notify(f"{tensor}: {model.where_text(where, plan)}", title="Where it went")
+        if plan is None or not where.steps:
             self.action_tab("classes")
             return
         step = plan.steps[where.steps[0]]
-        kernels = [plan.steps[i].name for i in where.steps if isinstance(plan.steps[i], Launch)]
-        what = f"kernel {', '.join(kernels)}" if kernels else "a program input"
-        self.notify(f"{tensor}: c{where.value}{others}; {what} at step {', '.join(map(str, where.steps))}",
-                    title="Where it went")
         self.action_tab("plan")
         self.query_one(PlanTable).move_to(where.steps[0])
         if isinstance(step, Launch):
@@ -522,7 +520,7 @@ class ExplorerApp(App):
                     title="Program tensors")
         self.action_tab("program")
         self.query_one(ProgramTable).move_to(tensors[0])
-        self.query_one(TensorDetail).show(tensors[0])
+        self._show_tensor(tensors[0])
 
     def _class_highlighted(self, cid: ClassId) -> None:
         """The classes table's cursor moved (called within the move, so the detail is painted with it)."""

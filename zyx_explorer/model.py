@@ -287,6 +287,20 @@ def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId,
     return rows
 
 
+def where_text(where: Located, plan: ExecPlan | None) -> str:
+    """Where a program tensor went, in one line: its value class, the kernels of ``plan`` computing it and
+    their steps."""
+    others = f" (+{len(where.classes) - 1} from its lowering)" if len(where.classes) > 1 else ""
+    text = f"value in c{where.value}{others}"
+    if plan is None:
+        return text + "; no plan at this stage"
+    if not where.steps:
+        return text + "; no kernel of the plan computes it on its own (an equal form of its users was chosen)"
+    kernels = [s.name for s in (plan.steps[i] for i in where.steps) if isinstance(s, Launch)]
+    what = f"kernel {', '.join(kernels)}" if kernels else "a program input"
+    return f"{text}; {what} at step {', '.join(map(str, where.steps))}"
+
+
 def step_class(step: Allocate | Copy | Launch | Free) -> ClassId:
     """The class a plan step makes, copies, computes or frees."""
     if isinstance(step, Copy):

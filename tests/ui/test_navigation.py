@@ -12,6 +12,7 @@ from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.plan_table import PlanTable
 from zyx_explorer.widgets.program_table import ProgramTable
 from zyx_explorer.widgets.source_view import SourceView
+from zyx_explorer.widgets.tensor_detail import TensorDetail
 
 SIZE = (140, 40)
 
@@ -61,6 +62,9 @@ class TestTensorToKernel:
             assert app._active_tab() == "program"
             assert app.query_one(ProgramTable).current_key in app.session.tensors_of(app.kernel)
             assert "t1" in app.session.tensors_of(app.kernel)
+            detail = app.query_one(TensorDetail).summary.plain  # where it went, also in the tensor's detail
+            step = app.query_one(PlanTable).current_key
+            assert "compiled: value in c" in detail and f"kernel {app.session.kernel_name(app.kernel)} at step {step}" in detail
 
     async def test_t_without_a_kernel_is_a_warning(self, app_factory):
         async with jumped(app_factory) as (app, pilot):
