@@ -14,7 +14,7 @@ from engine.pipeline import Options, compile_program
 @pytest.fixture(scope="module")
 def mlp():
     c = compile_program(engine.load(sample_graphs.path("mlp.small")), [NumpyDevice(threads=2)],
-                        Options(tune=False, execute=False))
+                        Options(tune=False, tune_cache=False, execute=False))
     return [cand.kernel for cand in c.kernelization.candidates.values()]
 
 

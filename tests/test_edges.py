@@ -375,7 +375,7 @@ def edge_programs(draw):
         op = draw(st.sampled_from([o for o in menu if not (o == "exp" and dtype == F16)]))
         axis = draw(st.integers(0, len(shape) - 1))
         if op == "max" and v.shape[axis] == 0:
-            continue  # no value: a located error (tested by the loader)
+            op = "sum"  # max of nothing has no value: a located error (tested by the loader)
         t, v = _apply(op, t, y, axis), _oracle(op, v, yv, axis)
         ops.append(op)
     return from_tensors([t.named("out")], description=" ".join(ops)), {"out": v}, t.dtype

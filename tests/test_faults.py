@@ -136,7 +136,7 @@ def _raise(error: Exception):
 def test_a_device_lost_while_running_the_plan(device):
     """Without tuning the plan runs on OpenCL; the device vanishes at the first launch: re-planned on numpy."""
     program = engine.load(sample_graphs.path("mlp.small"))
-    c = compile_program(program, [SlowNumpy(), device], Options(tune=False, execute=False))
+    c = compile_program(program, [SlowNumpy(), device], Options(tune=False, tune_cache=False, execute=False))
     assert any(kn.device == device.name for kn in c.plan_kernels())
 
     def fault(what, detail):
@@ -152,7 +152,7 @@ def test_a_device_lost_while_running_the_plan(device):
 
 def test_one_kernel_failing_at_run_time_is_planned_around(device):
     program = engine.load(sample_graphs.path("residual_mlp.small"))
-    c = compile_program(program, [SlowNumpy(), device], Options(tune=False, execute=False))
+    c = compile_program(program, [SlowNumpy(), device], Options(tune=False, tune_cache=False, execute=False))
     opencl = [kn for kn in c.plan_kernels() if kn.device == device.name]
     assert len(opencl) >= 2
     bad = c.kernelization.candidates[opencl[0].candidate].kernel
@@ -172,7 +172,7 @@ def test_one_kernel_failing_at_run_time_is_planned_around(device):
 @pytest.mark.parametrize("extractor", ["greedy", "dag", "ilp"])
 def test_extraction_never_picks_an_infinite_kernel(device, extractor):
     program = engine.load(sample_graphs.path("mlp.small"))
-    c = compile_program(program, [SlowNumpy(), device], Options(tune=False, execute=False, extractor=extractor))
+    c = compile_program(program, [SlowNumpy(), device], Options(tune=False, tune_cache=False, execute=False, extractor=extractor))
     for kn in c.kernel_times:
         if kn.device == device.name:
             c.kernel_times[kn] = math.inf  # type: ignore[index]

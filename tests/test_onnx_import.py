@@ -83,7 +83,7 @@ def test_every_device_plan_matches_onnxruntime(name, devices, tmp_path):
     if not DEVICE_SETS[devices]:
         pytest.skip(f"no {devices} device here")
     program = load_onnx(MODELS[name], weights_dir=tmp_path)
-    compilation = compile_program(program, DEVICE_SETS[devices], Options(tune=False))
+    compilation = compile_program(program, DEVICE_SETS[devices], Options(tune=False, tune_cache=False))
     assert compilation.verification.ok, compilation.verification
     assert {s.device for s in compilation.plan.launches()} <= {d.name for d in DEVICE_SETS[devices]}
     for out, value in onnxruntime_outputs(MODELS[name], program).items():
@@ -428,7 +428,7 @@ def test_random_onnx_graphs_plans_match_onnxruntime(tmp_path_factory, model):
     directory = tmp_path_factory.mktemp("random_plan")
     path = _save(model, directory)
     program = load_onnx(path, weights_dir=directory)
-    compilation = compile_program(program, DEVICE_SETS["numpy+blas"], Options(tune=False))
+    compilation = compile_program(program, DEVICE_SETS["numpy+blas"], Options(tune=False, tune_cache=False))
     assert compilation.verification.ok, compilation.verification
     np.testing.assert_allclose(compilation.execution.outputs["y"], onnxruntime_outputs(path, program)["y"],
                                **TOLERANCE, equal_nan=True)

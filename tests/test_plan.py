@@ -51,7 +51,7 @@ def test_peak_memory_counts_live_buffers():
 
 
 def test_softmax_plan_is_one_row_kernel():
-    compilation = compile_program(softmax_program(), [NumpyDevice()], Options(tune=False))
+    compilation = compile_program(softmax_program(), [NumpyDevice()], Options(tune=False, tune_cache=False))
     assert compilation.verification.ok
     launches = compilation.plan.launches()
     assert len(launches) == 2  # the row kernel (max, sum of exp, the division), and x * 2
@@ -60,7 +60,7 @@ def test_softmax_plan_is_one_row_kernel():
 
 @needs_opencl
 def test_a_device_pool_gets_copies_in_and_out():
-    compilation = compile_program(softmax_program(), CPU_OPENCL, Options(tune=False))
+    compilation = compile_program(softmax_program(), CPU_OPENCL, Options(tune=False, tune_cache=False))
     assert compilation.verification.ok
     copies = [s for s in compilation.plan.steps if isinstance(s, Copy)]
     pool = CPU_OPENCL[0].pool
@@ -73,8 +73,8 @@ def test_a_device_pool_gets_copies_in_and_out():
 @needs_opencl
 def test_more_devices_never_make_the_extraction_worse():
     program = load(sample_graphs.path("mlp.small"))
-    alone = compile_program(program, [NumpyDevice()], Options(execute=False, tune=False))
-    mixed = compile_program(program, [NumpyDevice(), LibraryDevice(), *CPU_OPENCL], Options(tune=False))
+    alone = compile_program(program, [NumpyDevice()], Options(execute=False, tune=False, tune_cache=False))
+    mixed = compile_program(program, [NumpyDevice(), LibraryDevice(), *CPU_OPENCL], Options(tune=False, tune_cache=False))
     assert mixed.verification.ok
     assert mixed.extraction.dag_cost <= alone.extraction.dag_cost
     assert {s.device for s in mixed.plan.launches()} != {"numpy"}  # BLAS or OpenCL beat the generic numpy matmul

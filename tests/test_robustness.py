@@ -91,7 +91,7 @@ def test_the_tui_shows_hostile_names(tmp_path):
     path.write_text(text)
 
     async def visit() -> None:
-        app = ExplorerApp(load(path), path, devices=[NumpyDevice()], options=Options(tune=False))
+        app = ExplorerApp(load(path), path, devices=[NumpyDevice()], options=Options(tune=False, tune_cache=False))
         async with app.run_test(size=(120, 40)) as pilot:
             for key in "1234567":
                 await pilot.press(key)

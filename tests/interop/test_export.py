@@ -16,7 +16,7 @@ from engine.pipeline import Options, compile_program, transfer_estimate
 def _compiled(name: str, opencl: bool = False):
     program = engine.load(sample_graphs.path(name))
     devices = discover(opencl=opencl) if opencl else [NumpyDevice(), LibraryDevice()]
-    return compile_program(program, devices, Options(tune=False, execute=False, extractor="ilp"))
+    return compile_program(program, devices, Options(tune=False, tune_cache=False, execute=False, extractor="ilp"))
 
 
 def test_the_egraph_exports_class_for_class():

@@ -177,7 +177,7 @@ def test_when_the_budget_ends_the_plan_is_not_switched_to_untimed_kernels():
             return 1e-9
 
     device = Optimist(name="optimist", seconds=lambda v: 1.0)
-    stages = compile_stages(load(sample_graphs.path("mlp.small")), [NumpyDevice(), device], Options(tune=False))
+    stages = compile_stages(load(sample_graphs.path("mlp.small")), [NumpyDevice(), device], Options(tune=False, tune_cache=False))
     c = next(c for c in stages if c.stage == "kernelized")
     tuner = Tuner(budget=Budget(variants=4, seconds=10.0, total=1.0), use_cache=False, clock=device.clock,
                   calibrations=Calibrations(persist=False, fit=False))
@@ -200,7 +200,7 @@ def test_a_kernel_whose_share_ends_in_its_build_stays_predicted_not_failed():
             self.clock.now += 10.0
 
     device = SlowBuild(name="slowbuild", seconds=lambda v: 1.0)
-    stages = compile_stages(load(sample_graphs.path("mlp.small")), [device], Options(tune=False))
+    stages = compile_stages(load(sample_graphs.path("mlp.small")), [device], Options(tune=False, tune_cache=False))
     c = next(c for c in stages if c.stage == "kernelized")
     tuner = Tuner(budget=Budget(variants=4, seconds=5.0, total=30.0), use_cache=False, clock=device.clock,
                   calibrations=Calibrations(persist=False, fit=False))

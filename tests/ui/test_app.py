@@ -647,7 +647,7 @@ class TestLayout:
         from tests.ui.conftest import THREADS
 
         devices = [NumpyDevice(threads=THREADS), LibraryDevice(threads=THREADS), LongNamedDevice(threads=THREADS)]
-        app = app_factory(devices=devices, options=Options(tune=False))
+        app = app_factory(devices=devices, options=Options(tune=False, tune_cache=False))
         width = size[0]
         async with app.run_test(size=size) as pilot:
             await compiled(pilot)
@@ -690,7 +690,7 @@ class TestCostsMarks:
         assert cells[measured.device].endswith("m<") and cells[predicted.device].endswith("p ")
 
     async def test_one_kernel_for_two_classes_is_marked_and_not_cut(self, app_factory):
-        app = app_factory("attention.small", options=Options(tune=False))
+        app = app_factory("attention.small", options=Options(tune=False, tune_cache=False))
         async with app.run_test(size=(80, 24)) as pilot:
             await compiled(pilot)
             await pilot.press("3")

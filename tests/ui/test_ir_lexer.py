@@ -13,7 +13,7 @@ from zyx_explorer.widgets.ir_lexer import KernelIRLexer
 
 def test_ir_lexer_covers_real_kernels():
     c = compile_program(engine.load(sample_graphs.path("softmax.small")), [NumpyDevice()],
-                        Options(tune=False, execute=False))
+                        Options(tune=False, tune_cache=False, execute=False))
     for cand in c.kernelization.candidates.values():
         tokens = list(KernelIRLexer().get_tokens(str(cand.kernel)))
         assert not [v for t, v in tokens if t in Error]

@@ -20,7 +20,7 @@ MODELS = Path(onnx_models.__file__).parent
 async def test_each_onnx_model_opens_and_its_plan_verifies(name, tmp_path):
     path = MODELS / f"{name}.onnx"
     app = ExplorerApp(load_onnx(path, weights_dir=tmp_path), path, screenshot_dir=tmp_path, devices=discover(),
-                      options=Options(tune=False))
+                      options=Options(tune=False, tune_cache=False))
     async with app.run_test(size=(140, 40)) as pilot:
         await compiled(pilot, limit=1500)
         assert app.session.failed is None
