@@ -76,11 +76,13 @@ class Session:
     def class_rows(self, eg: EGraph, extraction: Extraction | None) -> list[Row]:
         """``class_rows`` under the pins; without pins built once per (e-graph, extraction): 8,000 classes take
         ~150 ms, which would otherwise stall the UI each time a stage lands."""
+        c = self.compilation
+        names = c.kernelization.names if c is not None and c.kernelization is not None else {}
         if self.pins:
-            return class_rows(eg, extraction, self.pins)
+            return class_rows(eg, extraction, self.pins, names)
         hit = self._class_rows.get((id(eg), id(extraction)))
         if hit is None or hit[0] is not eg or hit[1] is not extraction:
-            hit = self._class_rows[(id(eg), id(extraction))] = (eg, extraction, class_rows(eg, extraction))
+            hit = self._class_rows[(id(eg), id(extraction))] = (eg, extraction, class_rows(eg, extraction, {}, names))
         return hit[2]
 
     # -- what a stage shows ----------------------------------------------------------------
@@ -233,11 +235,13 @@ def chosen_by_class(extraction: Extraction | None) -> dict[ClassId, Choice]:
     return out
 
 
-def form_name(eg: EGraph, n: NodeId) -> str:
-    """A short name of a form: ``k_2a4ad3a2 on blas``, ``input x``, ``copy to host``, ``add``."""
+def form_name(eg: EGraph, n: NodeId, names: Mapping[str, str] = {}) -> str:
+    """A short name of a form: ``matmul_t2+add_y on blas`` (a kernel by its readable name in ``names``, else
+    its hash), ``input x``, ``copy to host``, ``add``."""
     op, param, _ = eg.node(n)
     if op == "kernel":
-        return f"{param.candidate.split('@')[0]} on {param.device}"  # type: ignore[attr-defined]
+        cand = param.candidate  # type: ignore[attr-defined]
+        return f"{names.get(cand, cand.split('@')[0])} on {param.device}"  # type: ignore[attr-defined]
     if op == "to_device":
         return f"copy {param}"
     if op == "leaf":
@@ -261,8 +265,9 @@ def term_text(eg: EGraph, kz: Kernelization | None, t: Term, short: Mapping[str,
     return f"{name} on {device(param.device)} {seconds_text(t.seconds)} {'m' if measured(param) else 'p'}"
 
 
-def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, object] = {}) -> list[Row]:
-    """One row per class: id, shape, dtype, forms, ops, chosen form, cost."""
+def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, object] = {},
+               names: Mapping[str, str] = {}) -> list[Row]:
+    """One row per class: id, shape, dtype, forms, ops, chosen form (kernels by their readable ``names``), cost."""
     chosen = chosen_by_class(extraction)
     outputs = set(eg.output_classes().values())
     rows = []
@@ -276,7 +281,7 @@ def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId,
                 devices.add(param.device)  # type: ignore[attr-defined]
         ops_text = " ".join(op if k == 1 else f"{op}×{k}" for op, k in ops.items())
         choice = chosen.get(cls.id)
-        chosen_text = ("📌 " if cls.id in pins else "") + (form_name(eg, choice.node) if choice else "")
+        chosen_text = ("📌 " if cls.id in pins else "") + (form_name(eg, choice.node, names) if choice else "")
         cost = choice.cost if choice else math.inf
         cells = (f"c{cls.id}", shape_text(cls.shape), str(cls.dtype), str(len(cls.nodes)), ops_text, chosen_text,
                  seconds_text(choice.cost) if choice else "")

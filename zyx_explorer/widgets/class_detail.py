@@ -180,9 +180,10 @@ class ClassDetail(Vertical):
         text.append("📌" if pins.get(cid) == n else "  ")
         text.append("A " if n == self.marked else "  ", "bold magenta")
         text.append(f"n{n} ", "dim")
-        text.append(self._with_short_names(eg.describe(n)), "bold" if n in self.chosen else "")
-        if op == "kernel" and kz is not None and param.candidate in kz.candidates:  # type: ignore[union-attr]
-            text.append(f" {kz.name(param.candidate)}", "green")  # type: ignore[union-attr]
+        described = eg.describe(n)
+        if op == "kernel" and kz is not None:  # by its readable name (the source pane shows the hash)
+            described = described.replace(param.candidate.split("@")[0], kz.name(param.candidate), 1)  # type: ignore[union-attr]
+        text.append(self._with_short_names(described), "bold" if n in self.chosen else "")
         if op == "kernel" and param in times:
             mark = "m" if self._measured(param) else "p"  # type: ignore[arg-type]
             text.append(f"  {self._device(param.device)} {seconds_text(times[param])} {mark}", "cyan")  # type: ignore[attr-defined]
