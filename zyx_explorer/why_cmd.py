@@ -87,7 +87,7 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
             "variant": str(step.variant), "predicted_s": step.predicted, "measured": step.measured,
             "tensors": tensors_of(eg, kz, step.candidate),
             "decisions": {**dataclasses.asdict(cand.decisions),
-                          "refused": [dataclasses.asdict(r) for r in c.attached.refused.get(step.candidate, ())]},
+                          "refused": dict(c.attached.refused.get(step.candidate, {}))},
             "lines": kernel_lines(kz, c.attached.refused, step.candidate, c.kernel_times, lambda d: short.get(d, d))})
     explainer = explain(c)
     why = explainer.why(cls)

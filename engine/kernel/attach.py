@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from engine.devices.base import HOST, Device
 from engine.egraph.egraph import ClassId, NodeId
-from engine.kernel.decisions import Refused
 from engine.kernel.kernelize import Kernelization
 from engine.program.dtypes import DType
 from engine.program.primitives import Shape
@@ -54,15 +53,15 @@ class Attached:
 
     kernels: tuple[NodeId, ...]
     transfers: tuple[NodeId, ...]
-    refused: Mapping[str, tuple[Refused, ...]] = field(default_factory=dict)
-    """By candidate id: the devices that cannot run it, and why."""
+    refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """By candidate id: why each device that cannot run it refuses it (by device name)."""
 
 
 def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
     """Add a kernel node per (candidate, device that supports it) and a ToDevice node per class and pool."""
     egraph = kz.egraph
     kernels = []
-    refused: dict[str, tuple[Refused, ...]] = {}
+    refused: dict[str, dict[str, str]] = {}
     for cand_id, cand in kz.candidates.items():
         cls = egraph.eclass(cand.output)
         for device in devices:
@@ -70,8 +69,8 @@ def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
                 param = KernelNode(cand_id, device.name, cls.shape, cls.dtype)
                 kernels.append(egraph.attach(cand.output, "kernel", param, cand.inputs, KERNELIZE))
             else:
-                why = Refused(device.name, device.unsupported(cand.kernel) or "the device declines it")
-                refused[cand_id] = (*refused.get(cand_id, ()), why)
+                why = device.unsupported(cand.kernel) or "the device declines it"
+                refused.setdefault(cand_id, {})[device.name] = why
     pools = list(dict.fromkeys([HOST, *(d.pool for d in devices)]))
     transfers = []
     for c in _stored_classes(kz):

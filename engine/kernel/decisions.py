@@ -74,14 +74,6 @@ class Sharing:
 
 
 @dataclass(frozen=True)
-class Refused:
-    """Device ``device`` cannot run the kernel, because ``reason``."""
-
-    device: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class Decisions:
     """What shaped one kernel candidate: ``grown`` is ``default`` (the class's default form at the root),
     ``form`` (another root form of the class) or ``row`` (the row kernel: reduces recomputed per row)."""
@@ -101,11 +93,12 @@ def _classes(items: Sequence[Fused] | Sequence[Boundary], key: str, attr: str) -
     return " ".join(f"c{x.cls}" for x in items if getattr(x, attr) == key)
 
 
-def decision_lines(d: Decisions, w: Work, refused: Sequence[Refused],
+def decision_lines(d: Decisions, w: Work, refused: Mapping[str, str],
                    rivals: Sequence[tuple[str, Decisions, Work, Mapping[str, float]]],
                    device_name: Callable[[str], str] = str) -> list[str]:
     """The decisions as text, one line each: how it was grown (with the kernel's work ``w``), fused classes by
-    rule, boundaries by reason, store-vs-recompute with its numbers, the refusing devices, and the rivals (other
+    rule, boundaries by reason, store-vs-recompute with its numbers, the devices that refuse it (``refused``:
+    why, by device name), and the rivals (other
     candidates of the same class: name, decisions, work, seconds by device name as the viewed stage prices
     them)."""
     lines = [f"grown from n{d.root}: {GROWN[d.grown]}; {_work(w)}"]
@@ -122,8 +115,8 @@ def decision_lines(d: Decisions, w: Work, refused: Sequence[Refused],
         why = "it holds a reduce" if s.holds_reduce else "no reduce in it"
         lines.append(f"c{s.cls} has {s.users} consumers: {verdict} ({why}); store {units.nbytes(s.store_bytes)} "
                      f"traffic vs recompute {s.recompute_ops:,} more ops")
-    for r in refused:
-        lines.append(f"not on {device_name(r.device)}: {r.reason}")
+    for device, reason in refused.items():
+        lines.append(f"not on {device_name(device)}: {reason}")
     for name, rival, rival_work, times in rivals:
         priced = ", ".join(f"{device_name(dev)} {units.seconds(t)}" for dev, t in sorted(times.items()))
         lines.append(f"rival {name} ({GROWN[rival.grown].split(':')[0]}, n{rival.root}): {_work(rival_work)}"
@@ -131,7 +124,7 @@ def decision_lines(d: Decisions, w: Work, refused: Sequence[Refused],
     return lines
 
 
-def kernel_lines(kz: Kernelization, refused: Mapping[str, Sequence[Refused]], cand_id: str,
+def kernel_lines(kz: Kernelization, refused: Mapping[str, Mapping[str, str]], cand_id: str,
                  times: Mapping[KernelNode, float], device_name: Callable[[str], str] = str) -> list[str]:
     """``decision_lines`` of candidate ``cand_id``, its rivals priced by ``times`` (the viewed stage's)."""
     def priced(k: str) -> dict[str, float]:
@@ -140,7 +133,7 @@ def kernel_lines(kz: Kernelization, refused: Mapping[str, Sequence[Refused]], ca
     rivals = [(kz.name(k), kz.candidates[k].decisions, work(kz.candidates[k].kernel), priced(k))
               for k in kz.rivals(cand_id)]
     cand = kz.candidates[cand_id]
-    return decision_lines(cand.decisions, work(cand.kernel), refused.get(cand_id, ()), rivals, device_name)
+    return decision_lines(cand.decisions, work(cand.kernel), refused.get(cand_id, {}), rivals, device_name)
 
 
 def _work(w: Work) -> str:
