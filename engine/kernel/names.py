@@ -51,10 +51,12 @@ def kernel_names(egraph: EGraph, candidates: Mapping[str, Candidate]) -> dict[st
 
 
 def _anonymous(egraph: EGraph, cand: Candidate) -> str:
-    """``tensor.prim`` for a class that is no program tensor's value: where it came from and what it does."""
+    """``tensor.prim`` for a class that is no program tensor's value: where it came from and what it does (its
+    reduce, if it fuses one, else its root's primitive)."""
     cls = egraph.eclass(cand.output)
     origin = next((egraph.origins[n] for n in cls.nodes if n in egraph.origins), None)
-    prim = egraph.node(cand.root).op.removeprefix("reduce_")
+    reduces = [egraph.node(f.cls).op for f in cand.decisions.fused if f.rule in ("reduce", "stage")]
+    prim = (reduces[0] if reduces else egraph.node(cand.root).op).removeprefix("reduce_")
     return f"{_short(origin)}.{prim}" if origin is not None else f"c{cand.output}.{prim}"
 
 

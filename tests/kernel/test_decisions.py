@@ -79,6 +79,12 @@ def test_names_say_what_a_kernel_computes():
     assert list(kz.names.values()) == ["matmul_t0+add_t1+relu_y"]
 
 
+def test_a_kernel_of_no_tensors_value_is_named_by_its_origin_and_reduce():
+    x = Tensor.input("x", (8, 16))
+    kz = kernelized(from_tensors([x.softmax().named("y")]))
+    assert sorted(kz.names.values()) == ["softmax_y", "softmax_y/row", "y.max", "y.sum"]
+
+
 @pytest.mark.parametrize("name", SMALL)
 def test_names_are_unique_and_deterministic(name):
     first = kernelized(load(sample_graphs.path(name))).names
