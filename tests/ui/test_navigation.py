@@ -9,6 +9,7 @@ from engine.locate import locate
 from engine.plan import Launch
 from tests.ui.conftest import compiled
 from zyx_explorer.widgets.class_detail import ClassDetail
+from zyx_explorer.widgets.costs_table import CostsTable
 from zyx_explorer.widgets.plan_table import PlanTable
 from zyx_explorer.widgets.program_table import ProgramTable
 from zyx_explorer.widgets.source_view import SourceView
@@ -65,6 +66,24 @@ class TestTensorToKernel:
             detail = app.query_one(TensorDetail).summary.plain  # where it went, also in the tensor's detail
             step = app.query_one(PlanTable).current_key
             assert "compiled: value in c" in detail and f"kernel {app.session.kernel_name(app.kernel)} at step {step}" in detail
+
+    async def test_t_goes_back_from_a_costs_row_the_source_pane_and_a_kernel_form(self, app_factory):
+        async with jumped(app_factory) as (app, pilot):
+            await pilot.press("3", "down", "t")
+            cand_id = app.query_one(CostsTable).current_key
+            assert app._active_tab() == "program"
+            assert app.query_one(ProgramTable).current_key == app.session.tensors_of(cand_id)[0]
+            app.show_kernel(cand_id)
+            await pilot.press("5", "t")
+            assert app._active_tab() == "program"
+            eg = app.session.compilation.egraph
+            app.select_class(eg.output_classes()["y"], tab=True)
+            detail = app.query_one(ClassDetail)
+            form = next(n for n in eg.eclass(app.selected).nodes if eg.node(n).op == "kernel")
+            detail.forms.focus()
+            detail.forms.cursor = detail.forms.index_of(("form", form))
+            await pilot.press("t")
+            assert app._active_tab() == "program" and app.query_one(ProgramTable).current_key == "t2"
 
     async def test_t_without_a_kernel_is_a_warning(self, app_factory):
         async with jumped(app_factory) as (app, pilot):
