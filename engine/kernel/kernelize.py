@@ -20,6 +20,10 @@ A class whose default kernel loads reduces it could compute per row (softmax's
 max and sum, layernorm's mean and variance) also gets a *row kernel* candidate
 (``engine.kernel.ir``): those reduces are recomputed inside it as stages, one
 row per work item or work-group, instead of being stored by kernels of their own.
+
+Each candidate keeps the decisions that shaped it (``engine.kernel.decisions``): the rule that fused each
+class, why each input was left out, the store-vs-recompute numbers of shared classes.  Candidates are named
+for people by what they compute (``engine.kernel.names``); the hash stays the id.
 """
 
 from __future__ import annotations
