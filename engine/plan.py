@@ -55,6 +55,10 @@ class Launch:
     variant: Variant = DEFAULT_VARIANT
     measured: bool = False
     """Whether ``predicted`` is the tuner's measured time (else the cost model's prediction)."""
+    name: str = ""
+    """The kernel's readable name (``Kernelization.names``)."""
+    candidate: str = ""
+    """The kernel's candidate id in the Kernelization (what links a step to the program tensors it computes)."""
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,7 @@ def build_plan(
             inputs = tuple((ch, pool) for ch in children)
             kernel = kz.candidates[param.candidate].kernel
             steps.append(Launch(kernel, param.device, inputs, (value,), kernel_time(param), variant(param),
-                                measured(param)))
+                                measured(param), kz.name(param.candidate), param.candidate))
             for v in inputs:
                 reads.setdefault(v, []).append(len(steps) - 1)
     keep = set(extraction.outputs.values())

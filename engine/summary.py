@@ -27,8 +27,8 @@ def summary(c: Compilation) -> dict[str, Any]:
     for i, step in enumerate(c.plan.steps):
         took = times[i] if times is not None else None
         if isinstance(step, Launch):
-            launches.append({"kernel": step.kernel.name, "device": step.device, "variant": str(step.variant),
-                             "predicted_s": _number(step.predicted), "timed": step.measured, "measured_s": took})
+            launches.append({"kernel": step.kernel.name, "name": step.name, "device": step.device,
+                             "variant": str(step.variant), "predicted_s": _number(step.predicted), "timed": step.measured, "measured_s": took})
         elif isinstance(step, Copy):
             copies += step.predicted
     return {

@@ -106,6 +106,8 @@ class ExplorerApp(App):
         Binding("d", "pin_device", "Pin device", show=False, id="pin-device",
                 tooltip="Pin the class to the highlighted kernel's device (what-if)"),
         Binding("u", "unpin", "Unpin", show=False, id="unpin", tooltip="Unpin the class"),
+        Binding("t", "tensors", "Tensors", show=False, id="tensors",
+                tooltip="Show the program tensors the highlighted kernel (plan step, costs row, source) computes"),
         Binding("e", "export", "Export", show=False, id="export", tooltip="Export the stage (Graphviz DOT + SVG)"),
         Binding("ctrl+s", "screenshot_svg", "Screenshot", show=False, id="screenshot", tooltip="Save a screenshot (SVG)"),
         Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning",
@@ -181,7 +183,7 @@ class ExplorerApp(App):
         name = self.program.name or self.source.name
         self.sub_title = f"{name}: {model.plural(len(self.program.nodes), 'node')}, {model.plural(len(self.prims.nodes), 'primitive')}"
         first = self.program.inputs[0].name if self.program.inputs else self.program.nodes[0].id
-        self.query_one(TensorDetail).show(first)
+        self._show_tensor(first)
         self.query_one(ClassesTable).follow = self._class_highlighted
         self._refresh()
         self.set_interval(0.5, self._tick)
@@ -228,7 +230,7 @@ class ExplorerApp(App):
         """Called in the worker thread before and after each variant the tuner times."""
         c = self.session.compilation
         kz = c.kernelization if c is not None else None
-        names = {cand.kernel.key: cand.kernel.name for cand in kz.candidates.values()} if kz is not None else {}
+        names = {cand.kernel.key: kz.name(k) for k, cand in kz.candidates.items()} if kz is not None else {}
         self.post_message(TuneProgress(f"tuning {progress_text(p, names, self.session.short())}  (c stops)"))
 
     @on(TuneProgress)
@@ -297,6 +299,8 @@ class ExplorerApp(App):
                 if self.selected is None:
                     self.selected = table.current_key  # type: ignore[assignment]
         self._show_detail()
+        if isinstance(key := self.query_one(ProgramTable).current_key, str):
+            self._show_tensor(key)
         self._show_costs()
         self._show_plan()
         self._show_rewrites()
@@ -331,7 +335,8 @@ class ExplorerApp(App):
         current = self.session.current()
         detail.show(eg, self.selected, self.session.extraction(self.viewed), self.session.kernel_times(self.viewed),
                     kz, self.session.pins, self.session.why(self.viewed, self.selected),
-                    current.measured if current is not None else lambda kn: False, self.session.short())
+                    current.measured if current is not None else lambda kn: False, self.session.short(),
+                    lambda cand_id: self.session.kernel_lines(self.viewed, cand_id))
 
     @property
     def live(self) -> bool:
@@ -392,7 +397,7 @@ class ExplorerApp(App):
                                   self._launched(cand_id), self.session.short(), c.skipped if c is not None else None)
         table.set_rows(rows)
         tuned = [r for kn, r in tuning.items() if kn.candidate == cand_id]
-        text = f"variants of {cand.kernel.name}: {len(rows)} on {model.plural(len({r.key[0] for r in rows}), 'device')}"
+        text = f"variants of {self.session.kernel_name(cand_id)}: {len(rows)} on {model.plural(len({r.key[0] for r in rows}), 'device')}"
         if tuned:
             short = self.session.short()
             text += " (" + ", ".join(f"{short.get(r.device, r.device)} cache {r.cache}" for r in tuned) + ")"
@@ -439,8 +444,10 @@ class ExplorerApp(App):
         launched = self._launched(self.kernel) if self.kernel else None
         c = self.session.compilation
         devices = {d.name: d for d in c.devices} if c is not None else {}
+        kernel = self.kernel or ""
         self.query_one(SourceView).show(self.kernel, cand, times, theme, self.variant or launched, launched, devices,
-                                        self.session.short())
+                                        self.session.short(), self.session.kernel_name(kernel),
+                                        self.session.tensors_of(kernel), self.session.kernel_lines(self.viewed, kernel))
 
     def show_kernel(self, cand_id: str, variant: tuple[str, Variant] | None = None) -> None:
         """Show candidate ``cand_id`` in the source pane (``variant``: which one; None: the launched one)."""
@@ -455,7 +462,65 @@ class ExplorerApp(App):
 
     @on(LineTable.Highlighted, "#program-table")
     def _show_row(self, event: LineTable.Highlighted) -> None:
-        self.query_one(TensorDetail).show(event.key)  # type: ignore[arg-type]
+        self._show_tensor(str(event.key))
+
+    def _show_tensor(self, tensor: str) -> None:
+        """The tensor detail, with where the tensor went as of the viewed stage."""
+        where = self.session.locate(self.viewed, tensor)
+        plan = self.session.plan(self.viewed)
+        self.query_one(TensorDetail).show(tensor, model.where_text(where, plan) if where is not None else "")
+
+    @on(LineTable.Selected, "#program-table")
+    def _tensor_selected(self, event: LineTable.Selected) -> None:
+        """Enter on a tensor: its value class, the plan's kernel that computes it and that step (or the Allocate
+        of an input), as far as the viewed stage goes."""
+        tensor = str(event.key)
+        where = self.session.locate(self.viewed, tensor)
+        if where is None:
+            self.notify(f"{tensor} is not compiled yet (or no output reads it)", severity="warning")
+            return
+        self.select_class(where.value)
+        plan = self.session.plan(self.viewed)
+        self.notify(f"{tensor}: {model.where_text(where, plan)}", title="Where it went")
+        if plan is None or not where.steps:
+            self.action_tab("classes")
+            return
+        step = plan.steps[where.steps[0]]
+        self.action_tab("plan")
+        self.query_one(PlanTable).move_to(where.steps[0])
+        if isinstance(step, Launch):
+            self.show_kernel(step.candidate, (step.device, step.variant))
+
+    def _context_kernel(self) -> str | None:
+        """The candidate the active pane points at: the plan step's, the costs row's, the source pane's or the
+        highlighted kernel form's."""
+        tab = self._active_tab()
+        if tab == "plan":
+            plan, key = self.session.plan(self.viewed), self.query_one(PlanTable).current_key
+            step = plan.steps[key] if plan is not None and isinstance(key, int) else None  # type: ignore[index]
+            return step.candidate if isinstance(step, Launch) else None
+        if tab == "costs":
+            key = self.query_one(CostsTable).current_key
+            return key if isinstance(key, str) else None
+        if tab == "classes":
+            n, eg = self.query_one(ClassDetail).highlighted_form(), self.shown_egraph()
+            param = eg.node(n).param if n is not None and eg is not None else None
+            return param.candidate if isinstance(param, KernelNode) else None
+        return self.kernel if tab == "source" else None
+
+    def action_tensors(self) -> None:
+        """Back from a kernel to the program tensors it computes: the program pane, on the first of them."""
+        cand_id = self._context_kernel()
+        tensors = self.session.tensors_of(cand_id) if cand_id else []
+        if not tensors:
+            self.notify("highlight a kernel (a Launch step, a costs row, a kernel form or the source pane's)",
+                        severity="warning")
+            return
+        self.notify(f"{self.session.kernel_name(cand_id)} computes {', '.join(tensors)}",  # type: ignore[arg-type]
+                    title="Program tensors")
+        self.action_tab("program")
+        self.query_one(ProgramTable).move_to(tensors[0])
+        self._show_tensor(tensors[0])
 
     def _class_highlighted(self, cid: ClassId) -> None:
         """The classes table's cursor moved (called within the move, so the detail is painted with it)."""
@@ -745,7 +810,8 @@ class ExplorerApp(App):
 
     def action_help(self) -> None:
         keys = [(self.get_key_display(b), b.tooltip) for b in self.BINDINGS if isinstance(b, Binding)]
-        keys += [("enter", "Follow a child link / explain a form / select a row"),
+        keys += [("enter", "Follow a child link / explain a form / select a row / a program tensor: its class, kernel, "
+                           "plan step"),
                  ("tab", "Next widget (costs: the matrix, then the variants)"), ("ctrl+p", "Command palette")]
         self.push_screen(HelpScreen(keys))
 

@@ -71,6 +71,8 @@ def _main_parser() -> argparse.ArgumentParser:
             "  check FILE              validate FILE and print a summary (zyx-explore check --help)\n"
             "  check --semantic FILE   also saturate its e-graph and check every rewrite numerically\n"
             "  compile FILE [--json]   compile, tune, run and verify headless; print the plan (zyx-explore compile --help)\n"
+            "  why FILE TENSOR_OR_CLASS  a tensor's or class's classes, chosen form, kernel, fusion decisions, costs "
+            "(zyx-explore why --help)\n"
             "  export FILE -o OUTDIR   write every stage as Graphviz (svg/png/pdf/dot) + report.html/.md "
             "(zyx-explore export --help)\n"
             "  extract EGRAPH.json     greedy, DAG and ILP extraction of an egraph-serialize file "
@@ -708,6 +710,16 @@ def _run(argv: list[str], err: Console) -> int:
             args = compile_cmd.parser(_compile_arguments).parse_args(argv[1:])
             program = load_program(args.file, args)
             return compile_cmd.run(program, args, _devices(args, err), _options(args), Console(highlight=False), err)
+        if argv[:1] == ["why"]:
+            from engine.pipeline import compile_program
+            from zyx_explorer import why_cmd
+
+            args = why_cmd.parser(_compile_arguments).parse_args(argv[1:])
+            program = load_program(args.file, args)
+            why_cmd.check_target(program, args.target, str(args.file))
+            with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
+                compilation = compile_program(program, _devices(args, err), _options(args))
+            return why_cmd.run(compilation, args, Console(highlight=False, soft_wrap=True))
         if argv[:1] == ["export"]:
             return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         if argv[:1] == ["serialize"]:

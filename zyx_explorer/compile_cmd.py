@@ -20,15 +20,17 @@ from engine.summary import summary
 from engine.tuning import Progress
 from zyx_explorer.model import seconds_text
 
+DESCRIPTION = ("Compile FILE for the devices found (tuning within the budget), run the plan, verify it against the "
+               "reference and print the plan: each launch's device, variant, predicted (m: measured by the tuner, "
+               "p: the calibrated cost model) and measured time.")
 
-def parser(compile_arguments) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="zyx-explore compile",
-        description="Compile FILE for the devices found (tuning within the budget), run the plan, verify it against "
-        "the reference and print the plan: each launch's device, variant, predicted (m: measured by the tuner, "
-        "p: the calibrated cost model) and measured time.")
+
+def parser(compile_arguments, prog: str = "zyx-explore compile", description: str = DESCRIPTION
+           ) -> argparse.ArgumentParser:
+    """The parser of a headless command on FILE (``compile``, ``why``): ``--json`` and the compilation options."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("file", type=Path, help="the graph.json file or ONNX model")
-    p.add_argument("--json", action="store_true", help="print one JSON object (see docs/tuning.md)")
+    p.add_argument("--json", action="store_true", help="print one JSON object (docs/tuning.md describes compile's)")
     compile_arguments(p)
     return p
 
@@ -55,7 +57,8 @@ def run(program: Program, args: argparse.Namespace, devices: list, options: Any,
 
         for c in compile_stages(program, devices, options, progress=tuning):
             if c.kernelization is not None and not names:
-                names.update({cand.kernel.key: cand.kernel.name for cand in c.kernelization.candidates.values()})
+                kz = c.kernelization
+                names.update({cand.kernel.key: kz.name(k) for k, cand in kz.candidates.items()})
             bar.update(task, description=f"{c.stage} done")
     out = summary(c)
     if args.json:
@@ -71,7 +74,7 @@ def _print(out: dict[str, Any], console: Console) -> None:
         table.add_column(col, justify="right" if col in ("predicted", "measured") else "left")
     for launch in out["plan"]:
         predicted = f"{seconds_text(launch['predicted_s'])} {'m' if launch['timed'] else 'p'}"
-        table.add_row(launch["kernel"], launch["device"], launch["variant"], predicted,
+        table.add_row(launch["name"], launch["device"], launch["variant"], predicted,
                       seconds_text(launch["measured_s"]))
     console.print(table)
     budget = "" if out["budget_s"] is None else f" of a {seconds_text(out['budget_s'])} budget"

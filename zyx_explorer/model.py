@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from engine import Program, pipeline
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Why
+from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Term, Why
 from engine.kernel.attach import KernelNode
-from engine.kernel.kernelize import Candidate
+from engine.kernel.decisions import kernel_lines
+from engine.kernel.kernelize import Candidate, Kernelization
+from engine.locate import Located, locate, tensors_of
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
 from engine.tuning import FAILED, OK, WRONG, TuneResult
@@ -74,11 +76,13 @@ class Session:
     def class_rows(self, eg: EGraph, extraction: Extraction | None) -> list[Row]:
         """``class_rows`` under the pins; without pins built once per (e-graph, extraction): 8,000 classes take
         ~150 ms, which would otherwise stall the UI each time a stage lands."""
+        c = self.compilation
+        names = c.kernelization.names if c is not None and c.kernelization is not None else {}
         if self.pins:
-            return class_rows(eg, extraction, self.pins)
+            return class_rows(eg, extraction, self.pins, names)
         hit = self._class_rows.get((id(eg), id(extraction)))
         if hit is None or hit[0] is not eg or hit[1] is not extraction:
-            hit = self._class_rows[(id(eg), id(extraction))] = (eg, extraction, class_rows(eg, extraction))
+            hit = self._class_rows[(id(eg), id(extraction))] = (eg, extraction, class_rows(eg, extraction, {}, names))
         return hit[2]
 
     # -- what a stage shows ----------------------------------------------------------------
@@ -138,6 +142,36 @@ class Session:
     def candidate(self, cand_id: str) -> Candidate | None:
         c = self.compilation
         return c.kernelization.candidates.get(cand_id) if c is not None and c.kernelization is not None else None
+
+    def kernel_name(self, cand_id: str) -> str:
+        """Candidate ``cand_id``'s readable name (``engine.kernel.names``)."""
+        c = self.compilation
+        return c.kernelization.name(cand_id) if c is not None and c.kernelization is not None else cand_id
+
+    def kernel_lines(self, stage: str, cand_id: str) -> list[str]:
+        """The kernelizer's decisions on candidate ``cand_id``, its rivals priced as ``stage`` prices them."""
+        c = self.compilation
+        if c is None or c.kernelization is None or c.attached is None or cand_id not in c.kernelization.candidates:
+            return []
+        short = self.short()
+        return kernel_lines(c.kernelization, c.attached.refused, cand_id, self.kernel_times(stage),
+                            lambda d: short.get(d, d))
+
+    def locate(self, stage: str, tensor: str) -> Located | None:
+        """Where program tensor ``tensor`` went as of ``stage`` (classes from ``egraph`` on, kernels and steps
+        from ``plan`` on); None before the e-graph or for a tensor nothing reads."""
+        c, eg = self.current(), self.egraph(stage)
+        if eg is None or c is None:
+            return None
+        kz = c.kernelization if reached(stage, KERNELIZED) else None
+        return locate(eg, kz, self.plan(stage), tensor)
+
+    def tensors_of(self, cand_id: str) -> list[str]:
+        """The program tensors candidate ``cand_id`` computes (``engine.locate.tensors_of``)."""
+        c = self.compilation
+        if c is None or c.kernelization is None or c.egraph is None or cand_id not in c.kernelization.candidates:
+            return []
+        return tensors_of(c.egraph, c.kernelization, cand_id)
 
     # -- pins ------------------------------------------------------------------------------
 
@@ -201,11 +235,13 @@ def chosen_by_class(extraction: Extraction | None) -> dict[ClassId, Choice]:
     return out
 
 
-def form_name(eg: EGraph, n: NodeId) -> str:
-    """A short name of a form: ``k_2a4ad3a2 on blas``, ``input x``, ``copy to host``, ``add``."""
+def form_name(eg: EGraph, n: NodeId, names: Mapping[str, str] = {}) -> str:
+    """A short name of a form: ``matmul_t2+add_y on blas`` (a kernel by its readable name in ``names``, else
+    its hash), ``input x``, ``copy to host``, ``add``."""
     op, param, _ = eg.node(n)
     if op == "kernel":
-        return f"{param.candidate.split('@')[0]} on {param.device}"  # type: ignore[attr-defined]
+        cand = param.candidate  # type: ignore[attr-defined]
+        return f"{names.get(cand, cand.split('@')[0])} on {param.device}"  # type: ignore[attr-defined]
     if op == "to_device":
         return f"copy {param}"
     if op == "leaf":
@@ -213,8 +249,25 @@ def form_name(eg: EGraph, n: NodeId) -> str:
     return eg.describe(n).split("(")[0]
 
 
-def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, object] = {}) -> list[Row]:
-    """One row per class: id, shape, dtype, forms, ops, chosen form, cost."""
+def term_text(eg: EGraph, kz: Kernelization | None, t: Term, short: Mapping[str, str],
+              measured: Callable[[KernelNode], bool]) -> str:
+    """A kernel or copy of a ``Why`` with its seconds as the extractor priced them: m measured, p predicted;
+    kernels by their readable names, devices by their ``short`` names."""
+    def device(name: str) -> str:
+        return short.get(name, name.split(":")[0])
+
+    if t.copy:
+        return f"copy to {device(t.value[1])} {seconds_text(t.seconds)} p"
+    param = eg.node(t.node).param
+    if not isinstance(param, KernelNode):
+        return f"n{t.node} {eg.describe(t.node).split('(')[0]}"
+    name = kz.name(param.candidate) if kz is not None else f"n{t.node}"
+    return f"{name} on {device(param.device)} {seconds_text(t.seconds)} {'m' if measured(param) else 'p'}"
+
+
+def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId, object] = {},
+               names: Mapping[str, str] = {}) -> list[Row]:
+    """One row per class: id, shape, dtype, forms, ops, chosen form (kernels by their readable ``names``), cost."""
     chosen = chosen_by_class(extraction)
     outputs = set(eg.output_classes().values())
     rows = []
@@ -228,7 +281,7 @@ def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId,
                 devices.add(param.device)  # type: ignore[attr-defined]
         ops_text = " ".join(op if k == 1 else f"{op}×{k}" for op, k in ops.items())
         choice = chosen.get(cls.id)
-        chosen_text = ("📌 " if cls.id in pins else "") + (form_name(eg, choice.node) if choice else "")
+        chosen_text = ("📌 " if cls.id in pins else "") + (form_name(eg, choice.node, names) if choice else "")
         cost = choice.cost if choice else math.inf
         cells = (f"c{cls.id}", shape_text(cls.shape), str(cls.dtype), str(len(cls.nodes)), ops_text, chosen_text,
                  seconds_text(choice.cost) if choice else "")
@@ -237,6 +290,20 @@ def class_rows(eg: EGraph, extraction: Extraction | None, pins: Mapping[ClassId,
                         search=f"c{cls.id} {cells[1]} {cells[2]} {ops_text} {' '.join(devices)} {chosen_text}"))
     rows.sort(key=lambda r: r.key)
     return rows
+
+
+def where_text(where: Located, plan: ExecPlan | None) -> str:
+    """Where a program tensor went, in one line: its value class, the kernels of ``plan`` computing it and
+    their steps."""
+    others = f" (+{len(where.classes) - 1} from its lowering)" if len(where.classes) > 1 else ""
+    text = f"value in c{where.value}{others}"
+    if plan is None:
+        return text + "; no plan at this stage"
+    if not where.steps:
+        return text + "; no kernel of the plan computes it on its own (an equal form of its users was chosen)"
+    kernels = [s.name for s in (plan.steps[i] for i in where.steps) if isinstance(s, Launch)]
+    what = f"kernel {', '.join(kernels)}" if kernels else "a program input"
+    return f"{text}; {what} at step {', '.join(map(str, where.steps))}"
 
 
 def step_class(step: Allocate | Copy | Launch | Free) -> ClassId:
@@ -254,7 +321,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None, short: Mapping
     for i, step in enumerate(plan.steps):
         kind = type(step).__name__
         if isinstance(step, Launch):
-            what = f"{step.kernel.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
+            what = f"{step.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
             where, predicted, nbytes = step.device, step.predicted, sum(b.nbytes for b in step.kernel.output_types)
         elif isinstance(step, Copy):
             what = f"c{step.source[0]}: {short.get(step.source[1], step.source[1])} -> {short.get(step.target[1], step.target[1])}"
@@ -311,7 +378,7 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
                  for d, (kn, _) in row_times.items()}
         measured = "m" in kinds.values()  # then only measured cells compete for "<": a prediction is not a timing
         best = min((s for d, (_, s) in row_times.items() if kinds[d] == "m" or not measured), default=math.inf)
-        name = cand.kernel.name + (f" ×{uses[cand.kernel.name]}" if uses[cand.kernel.name] > 1 else "")
+        name = kz.name(cid) + (f" ×{uses[cand.kernel.name]}" if uses[cand.kernel.name] > 1 else "")
         cells = [name, f"c{cand.output}", eg.describe(cand.root).split("(")[0]]
         for d in c.devices:
             if d.name not in row_times:
@@ -322,7 +389,7 @@ def cost_rows(c: Compilation, times: Mapping[KernelNode, float], extraction: Ext
             mark = "*" if kn in chosen else ("<" if s == best and (kind == "m" or not measured) else " ")
             cells.append(f"{seconds_text(s)} {kind}{mark}")
         style = "bold" if cid in chosen_cands else ""
-        rows.append(Row(cid, tuple(cells), style, (cand.kernel.name, cand.output, cells[2],
+        rows.append(Row(cid, tuple(cells), style, (kz.name(cid), cand.output, cells[2],
                                                    *(row_times.get(d.name, (None, math.inf))[1] for d in c.devices))))
     return rows
 

@@ -102,6 +102,10 @@ class Device(Protocol):
         """Whether this device can run ``kernel`` at all (dtypes, patterns)."""
         ...
 
+    def unsupported(self, kernel: Kernel) -> str | None:
+        """Why this device cannot run ``kernel`` (None when it can): what the explorer shows of a refusal."""
+        ...
+
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Compiled:
         """``kernel`` ready to launch.  Devices whose builds are slow may also offer
         ``compile_many(items)``, which builds many ``(kernel, variant)`` pairs at once."""

@@ -84,6 +84,9 @@ class NumpyDevice(HostMemory):
     def supports(self, kernel: Kernel) -> bool:
         return True
 
+    def unsupported(self, kernel: Kernel) -> str | None:
+        return None
+
     def _plan(self, kernel: Kernel) -> Plan:
         """The evaluation plan of ``kernel``, made once per kernel key (each execution compiles its launches)."""
         found = self._plans.get(kernel.key)
@@ -164,10 +167,15 @@ class LibraryDevice(NumpyDevice):
         super().__init__(max_elements, threads, max_elements, parallel_elements)
 
     def supports(self, kernel: Kernel) -> bool:
+        return self.unsupported(kernel) is None
+
+    def unsupported(self, kernel: Kernel) -> str | None:
         if kernel.stages:
-            return False
+            return "a row kernel (several reduce stages) is no library call"
         p = self._plan(kernel)  # on the kernel with split variables: heads read as g // k are affine there
-        return contraction(p.kernel) is not None and p.factors is not None
+        if contraction(p.kernel) is None or p.factors is None:
+            return "not a contraction (a sum of a product of two affine loads)"
+        return None
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         assert self.supports(kernel), "not a contraction kernel"

@@ -119,6 +119,8 @@ class EGraph:
         """Shape and dtype of each program input (a leaf node's parameter is the input's name)."""
         self.origins: dict[NodeId, str] = {}
         """For nodes made by lowering: the program tensor (node id or input name) they came from."""
+        self.tensors: dict[str, tuple[NodeId, str]] = {}
+        """Each program tensor the outputs need: (a node of the class holding its value, its program op)."""
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -278,6 +280,7 @@ class EGraph:
         past.rebuild()
         past.outputs = {k: v for k, v in self.outputs.items() if v < num_added}
         past.origins = {k: v for k, v in self.origins.items() if k < num_added}
+        past.tensors = {k: v for k, v in self.tensors.items() if v[0] < num_added}
         return past
 
     # -- internals -------------------------------------------------------------------------

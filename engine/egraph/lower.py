@@ -21,6 +21,7 @@ def from_prim_graph(graph: PrimGraph) -> EGraph:
         if graph.origins:
             egraph.origins.setdefault(n, graph.origins[i])
     egraph.outputs = {name: ids[i] for name, i in graph.outputs.items()}
+    egraph.tensors = {name: (ids[i], op) for name, (i, op) in graph.tensors.items()}
     return egraph
 
 

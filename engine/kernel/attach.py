@@ -9,8 +9,8 @@ explorer shows them as just more alternatives, and extraction picks among them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from engine.devices.base import HOST, Device
 from engine.egraph.egraph import ClassId, NodeId
@@ -53,18 +53,24 @@ class Attached:
 
     kernels: tuple[NodeId, ...]
     transfers: tuple[NodeId, ...]
+    refused: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """By candidate id: why each device that cannot run it refuses it (by device name)."""
 
 
 def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
     """Add a kernel node per (candidate, device that supports it) and a ToDevice node per class and pool."""
     egraph = kz.egraph
     kernels = []
+    refused: dict[str, dict[str, str]] = {}
     for cand_id, cand in kz.candidates.items():
         cls = egraph.eclass(cand.output)
         for device in devices:
             if device.supports(cand.kernel):
                 param = KernelNode(cand_id, device.name, cls.shape, cls.dtype)
                 kernels.append(egraph.attach(cand.output, "kernel", param, cand.inputs, KERNELIZE))
+            else:
+                why = device.unsupported(cand.kernel) or "the device declines it"
+                refused.setdefault(cand_id, {})[device.name] = why
     pools = list(dict.fromkeys([HOST, *(d.pool for d in devices)]))
     transfers = []
     for c in _stored_classes(kz):
@@ -72,7 +78,7 @@ def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
         for pool in pools:
             transfers.append(egraph.attach(c, "to_device", ToDevice(pool, cls.shape, cls.dtype), (c,), TRANSFER))
     egraph.rebuild()
-    return Attached(tuple(kernels), tuple(transfers))
+    return Attached(tuple(kernels), tuple(transfers), refused)
 
 
 def _stored_classes(kz: Kernelization) -> list[ClassId]:

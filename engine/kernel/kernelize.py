@@ -20,6 +20,10 @@ A class whose default kernel loads reduces it could compute per row (softmax's
 max and sum, layernorm's mean and variance) also gets a *row kernel* candidate
 (``engine.kernel.ir``): those reduces are recomputed inside it as stages, one
 row per work item or work-group, instead of being stored by kernels of their own.
+
+Each candidate keeps the decisions that shaped it (``engine.kernel.decisions``): the rule that fused each
+class, why each input was left out, the store-vs-recompute numbers of shared classes.  Candidates are named
+for people by what they compute (``engine.kernel.names``); the hash stays the id.
 """
 
 from __future__ import annotations
@@ -28,8 +32,11 @@ import sys
 from dataclasses import dataclass, field
 
 from engine.egraph.egraph import ATTACHED_OPS, ClassId, EGraph, NodeId, Scalar
+from engine.kernel.cost import Work, work
+from engine.kernel.decisions import Boundary, Decisions, Fused, Sharing
 from engine.kernel.index import Idx, Var, add, flatten, lit, unflatten, var
 from engine.kernel.ir import Acc, Bound, Buffer, Const, Expr, Kernel, Load, Op, Reduce, Where
+from engine.kernel.names import kernel_names
 from engine.program.primitives import BINARY_OPS, MOVEMENT_OPS, REDUCE_OPS, UNARY_OPS
 
 MAX_ROOT_FORMS = 6
@@ -50,6 +57,8 @@ class Candidate:
     inputs: tuple[ClassId, ...]
     root: NodeId
     """The node form the kernel was built from."""
+    decisions: Decisions
+    """What shaped it: the fusion rules that grew it, what was left out and why."""
 
     @property
     def id(self) -> str:
@@ -67,9 +76,18 @@ class Kernelization:
     candidates: dict[str, Candidate] = field(default_factory=dict)
     """By candidate id."""
     by_class: dict[ClassId, list[str]] = field(default_factory=dict)
+    names: dict[str, str] = field(default_factory=dict)
+    """A readable name of each candidate, unique here (``engine.kernel.names``); the id stays the key."""
 
     def kernels(self, c: ClassId) -> list[Candidate]:
         return [self.candidates[k] for k in self.by_class.get(self.egraph.find(c), [])]
+
+    def name(self, cand_id: str) -> str:
+        return self.names.get(cand_id, cand_id.split("@")[0])
+
+    def rivals(self, cand_id: str) -> list[str]:
+        """The other candidates of the class ``cand_id`` computes (what it competes with in extraction)."""
+        return [k for k in self.by_class.get(self.candidates[cand_id].output, []) if k != cand_id]
 
 
 def default_forms(egraph: EGraph) -> dict[ClassId, NodeId]:
@@ -108,9 +126,9 @@ def kernelize(egraph: EGraph, max_root_forms: int = MAX_ROOT_FORMS) -> Kerneliza
         while todo:
             c = todo.pop()
             roots = _root_forms(egraph, c, defaults, max_root_forms)
-            cands = [_Builder(plan, c, root).build() for root in roots]
+            cands = [_Builder(plan, c, root, "form" if i else "default").build() for i, root in enumerate(roots)]
             if cands and cands[0] is not None and any(plan.holds_reduce(i) for i in cands[0].inputs):
-                cands.append(_RowBuilder(plan, c, roots[0]).build())  # it loads reduces: try recomputing them
+                cands.append(_RowBuilder(plan, c, roots[0], "row").build())  # it loads reduces: try recomputing them
             for cand in cands:
                 if cand is None or c in cand.inputs or cand.id in result.candidates:
                     continue
@@ -122,6 +140,7 @@ def kernelize(egraph: EGraph, max_root_forms: int = MAX_ROOT_FORMS) -> Kerneliza
                         todo.append(i)
     finally:
         sys.setrecursionlimit(limit)
+    result.names = kernel_names(egraph, result.candidates)
     return result
 
 
@@ -142,6 +161,21 @@ class _Regions:
         self.outputs = set(egraph.output_classes().values())
         self.users = self._count_users()
         self._reduces: dict[ClassId, bool] = {}
+        self._work: dict[ClassId, Work] = {}
+
+    def store_reason(self, c: ClassId) -> str:
+        """Why ``must_store(c)``: a key of ``decisions.REASONS``."""
+        return "input" if self.is_leaf(c) else "output" if c in self.outputs else "shared"
+
+    def sharing(self, c: ClassId, stored: bool) -> Sharing | None:
+        """The store-vs-recompute decision on ``c`` with its numbers, when several consumers read it."""
+        users = self.users.get(c, 0)
+        if users < 2 or self.is_leaf(c) or c in self.outputs:
+            return None
+        if c not in self._work:  # the work of computing it once: its own default kernel's
+            self._work[c] = work(_Builder(self, c, self.defaults[c], "default").build().kernel)
+        nbytes = self.egraph.eclass(c).numel * self.egraph.eclass(c).dtype.itemsize
+        return Sharing(c, users, stored, self.holds_reduce(c), nbytes * (1 + users), self._work[c].ops * (users - 1))
 
     def is_leaf(self, c: ClassId) -> bool:
         return self.egraph.node(self.defaults[c]).op == "leaf"
@@ -199,11 +233,17 @@ class _Where:
 class _Builder:
     """Builds one kernel: the root class in ``root`` form, everything below it inlined or loaded."""
 
-    def __init__(self, regions: _Regions, output: ClassId, root: NodeId) -> None:
+    def __init__(self, regions: _Regions, output: ClassId, root: NodeId, grown: str) -> None:
         self.regions = regions
         self.egraph = regions.egraph
         self.output = output
         self.root = root
+        self.grown = grown
+        self.fused: dict[ClassId, str] = {}
+        """Each class computed in the kernel, by the rule that brought it in (``decisions.RULES``)."""
+        self.left_out: dict[ClassId, str] = {}
+        """Each class loaded instead, with why (``decisions.REASONS``)."""
+        self.shared: dict[ClassId, Sharing] = {}
         self.inputs: dict[ClassId, int] = {}
         self.reduce: tuple[ClassId, tuple[Idx, ...], Reduce] | None = None
         self.memo: dict[tuple[ClassId, tuple[Idx, ...], _Where], Expr] = {}
@@ -215,7 +255,16 @@ class _Builder:
         reduce = self.reduce[2] if self.reduce else None
         buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
         kernel = Kernel(buffers, cls.shape, gvars, reduce, (value,))
-        return Candidate(kernel, self.output, tuple(self.inputs), self.root)
+        return self.candidate(kernel)
+
+    def candidate(self, kernel: Kernel) -> Candidate:
+        decisions = Decisions(self.grown, self.root, tuple(Fused(c, r) for c, r in self.fused.items()),
+                              tuple(Boundary(c, r) for c, r in self.left_out.items()), tuple(self.shared.values()))
+        return Candidate(kernel, self.output, tuple(self.inputs), self.root, decisions)
+
+    def note_sharing(self, c: ClassId, stored: bool) -> None:
+        if c not in self.shared and (s := self.regions.sharing(c, stored)) is not None:
+            self.shared[c] = s
 
     def value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
         """Class ``c`` at index ``idx``: a load if it must be in memory here, else its default form inlined."""
@@ -227,14 +276,24 @@ class _Builder:
 
     def _value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
         regions = self.regions
-        if regions.must_store(c) or (regions.holds_reduce(c) and not self._may_fuse_reduce(where)):
-            return self.load(c, idx)
+        if regions.must_store(c):
+            self.note_sharing(c, True)
+            return self.load(c, idx, regions.store_reason(c))
+        if regions.holds_reduce(c) and not self._may_fuse_reduce(where):
+            return self.load(c, idx, self._unfusable(where))
+        self.note_sharing(c, False)
         return self.form(regions.defaults[c], idx, where)
 
     def _may_fuse_reduce(self, where: _Where) -> bool:
         return not where.in_reduce and not where.broadcast and self.reduce is None
 
-    def load(self, c: ClassId, idx: tuple[Idx, ...]) -> Load:
+    def _unfusable(self, where: _Where) -> str:
+        """Why a reduce may not fuse here (``_may_fuse_reduce`` is false)."""
+        return "nested" if where.in_reduce else "broadcast" if where.broadcast else "second-reduce"
+
+    def load(self, c: ClassId, idx: tuple[Idx, ...], reason: str) -> Load:
+        """``c`` read from memory: an input of the kernel, left out for ``reason``."""
+        self.left_out.setdefault(c, reason)
         cls = self.egraph.eclass(c)
         slot = self.inputs.setdefault(c, len(self.inputs))
         return Load(slot, flatten(idx, cls.shape), cls.numel, cls.dtype)
@@ -244,7 +303,11 @@ class _Builder:
         op, param, children = self.egraph.node(n)
         cls = self.egraph.eclass(n)
         if op == "leaf":
-            return self.load(cls.id, idx)
+            return self.load(cls.id, idx, "input")
+        if cls.id == self.output:
+            self.fused.setdefault(cls.id, "root")
+        elif op not in REDUCE_OPS:
+            self.fused.setdefault(cls.id, "view" if op in MOVEMENT_OPS else "elementwise")
         if op == "const":
             return Const(param, cls.dtype)  # type: ignore[arg-type]
         if op in UNARY_OPS or op in BINARY_OPS:
@@ -288,7 +351,8 @@ class _Builder:
         if self.reduce is not None and self.reduce[:2] == (c, idx):
             return Acc(self.reduce[2].dtype)
         if not self._may_fuse_reduce(where):
-            return self.load(c, idx)
+            return self.load(c, idx, self._unfusable(where))
+        self.fused.setdefault(c, "reduce")
         rvars, inner = _reduce_index(shape, axes, idx)
         op = self.egraph.node(n).op.removeprefix("reduce_")
         body = self.value(child, inner, _Where(in_reduce=True))  # reduces in the body are loaded
@@ -314,8 +378,8 @@ class _RowBuilder(_Builder):
     inlined even where they are shared (their reduces are computed once, as one stage, per index).
     """
 
-    def __init__(self, regions: _Regions, output: ClassId, root: NodeId) -> None:
-        super().__init__(regions, output, root)
+    def __init__(self, regions: _Regions, output: ClassId, root: NodeId, grown: str) -> None:
+        super().__init__(regions, output, root, grown)
         self.stages: list[Reduce] = []
         self.stage_of: dict[tuple[ClassId, tuple[Idx, ...]], int] = {}
         self.store: tuple[Var, ...] = ()
@@ -331,12 +395,13 @@ class _RowBuilder(_Builder):
         gvars = tuple(v for v in self.store if v in self.outer)
         buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
         kernel = Kernel(buffers, tuple(v.size for v in gvars), gvars, None, (value,), tuple(self.stages), self.store)
-        return Candidate(kernel, self.output, tuple(self.inputs), self.root)
+        return self.candidate(kernel)
 
     def _value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
         regions = self.regions
         if regions.is_leaf(c) or c in regions.outputs:
-            return self.load(c, idx)
+            return self.load(c, idx, regions.store_reason(c))
+        self.note_sharing(c, False)
         return self.form(regions.defaults[c], idx, where)
 
     def _reduce(self, n: NodeId, child: ClassId, shape: tuple[int, ...], axes: tuple[int, ...], idx, where) -> Expr:
@@ -348,7 +413,8 @@ class _RowBuilder(_Builder):
         if self.outer is None and not where.in_reduce and reads < {v for v in self.store if v.size > 1}:
             self.outer = reads  # a row of more than one point: its stages are computed once for all of them
         if self.outer is None or not reads <= self.outer or len(self.stages) >= MAX_STAGES:
-            return self.load(c, idx)
+            return self.load(c, idx, "stages" if len(self.stages) >= MAX_STAGES else "not-per-row")
+        self.fused.setdefault(c, "stage")
         rvars, inner = _reduce_index(shape, axes, idx)
         body = self.value(child, inner, _Where(in_reduce=True))
         self.stage_of[(c, idx)] = len(self.stages)

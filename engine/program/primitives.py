@@ -64,6 +64,8 @@ class PrimGraph:
     outputs: dict[str, int] = field(default_factory=dict)
     origins: list[str] = field(default_factory=list)
     """For each node, the program tensor (node id or input name) whose lowering made it."""
+    tensors: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Each live program tensor: (the node holding its value, its program op or ``input``)."""
 
     def leaves(self) -> dict[str, int]:
         """Input name -> node index of its leaf."""

@@ -92,6 +92,8 @@ class Program:
             origins += [node.id] * (len(em.graph.nodes) - len(origins))
         em.graph.outputs = {name: env[name].index for name in self.outputs}
         em.graph.origins = origins
+        ops = {n.id: n.op for n in self.nodes}
+        em.graph.tensors = {name: (v.index, ops.get(name, "input")) for name, v in env.items()}
         return em.graph
 
     def to_json(self) -> dict[str, Any]:

@@ -529,7 +529,7 @@ class TestTuning:
             device.permits.release()
             await _until(pilot, lambda: timing in str(bar.render()) and str(bar.render()) != first,
                          "the second kernel's progress line")
-            assert str(bar.render()).count("tuning k_") == 1 and "tuned …" in str(bar.render())
+            assert str(bar.render()).count("tuning ") == 1 and "tuned …" in str(bar.render())
             await _until(pilot, lambda: device.waiting.acquire(blocking=False), "the second kernel build")
             await pilot.press("3")  # the first kernel's measured time shows while the tuner is still running
             costs = app.query_one(CostsTable)

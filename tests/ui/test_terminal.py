@@ -70,7 +70,7 @@ def test_a_person_opens_the_mlp_looks_at_every_pane_and_quits():
         term.keys("Enter")
         term.wait_until(lambda screen: "filter: c12" not in screen, "the filter box closes")
         term.keys("3")
-        screen = term.wait_for("p predicted", "variants of k_")
+        screen = term.wait_for("p predicted", "variants of matmul_")
         assert "numpy" in screen and "blas" in screen and "not tuned" in screen
         term.keys("Enter")
         term.wait_until(lambda screen: ("numpy program of variant" in screen or "BLAS call" in screen)

@@ -16,7 +16,7 @@ from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.extract import Extraction, Term, Why
 from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Kernelization
-from zyx_explorer.model import plural, seconds_text, shape_text
+from zyx_explorer.model import plural, seconds_text, shape_text, term_text
 from zyx_explorer.widgets.text_list import TextList
 
 HEAD_LINES = 5
@@ -61,6 +61,7 @@ class ClassDetail(Vertical):
         self._measured: Callable[[KernelNode], bool] = lambda kn: False
         self._kz: Kernelization | None = None
         self._short: Mapping[str, str] = {}
+        self._kernel_lines: Callable[[str], list[str]] = lambda cand_id: []
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-head")
@@ -95,9 +96,11 @@ class ClassDetail(Vertical):
 
     def show(self, eg: EGraph, cid: ClassId, extraction: Extraction | None, times: Mapping[KernelNode, float],
              kz: Kernelization | None, pins: Mapping[ClassId, object], why: Why | None = None,
-             measured: Callable[[KernelNode], bool] = lambda kn: False, short: Mapping[str, str] | None = None) -> None:
+             measured: Callable[[KernelNode], bool] = lambda kn: False, short: Mapping[str, str] | None = None,
+             kernel_lines: Callable[[str], list[str]] = lambda cand_id: []) -> None:
         """Render class ``cid`` of ``eg``; ``why`` explains its choice in the extractor's objective, with each
-        kernel's time marked by ``measured`` (m) or predicted (p) and devices by their ``short`` names."""
+        kernel's time marked by ``measured`` (m) or predicted (p) and devices by their ``short`` names;
+        ``kernel_lines(candidate)`` are the kernelizer's decisions, shown when a kernel form is explained."""
         same = self.egraph is eg and self.cid == eg.find(cid)
         keep = self.forms.cursor if same else 0
         cid = eg.find(cid)
@@ -110,8 +113,8 @@ class ClassDetail(Vertical):
         roots: dict[NodeId, list[str]] = {}
         if kz is not None:
             for cand_id in kz.by_class.get(cid, []):
-                roots.setdefault(kz.candidates[cand_id].root, []).append(kz.candidates[cand_id].kernel.name)
-        self._measured, self._kz, self._short = measured, kz, short or {}
+                roots.setdefault(kz.candidates[cand_id].root, []).append(kz.name(cand_id))
+        self._measured, self._kz, self._short, self._kernel_lines = measured, kz, short or {}, kernel_lines
         costs = {}  # each form's marginal DAG cost: the cheapest rival that makes the class with it
         for rival in (why.rivals if why is not None else ()):
             for t in rival.via:
@@ -140,14 +143,7 @@ class ClassDetail(Vertical):
         _update_in_place(self.query_one("#explain", Static), Text(self.explanation))
 
     def _term(self, eg: EGraph, t: Term) -> str:
-        """A kernel or copy with its seconds as the extractor priced them: m measured, p predicted."""
-        if t.copy:
-            return f"copy to {self._device(t.value[1])} {seconds_text(t.seconds)} p"
-        param = eg.node(t.node).param
-        if not isinstance(param, KernelNode):
-            return f"n{t.node} {eg.describe(t.node).split('(')[0]}"
-        name = self._kz.candidates[param.candidate].kernel.name if self._kz is not None else f"n{t.node}"
-        return f"{name} on {self._device(param.device)} {seconds_text(t.seconds)} {'m' if self._measured(param) else 'p'}"
+        return term_text(eg, self._kz, t, self._short, self._measured)
 
     def _device(self, name: str) -> str:
         return self._short.get(name, name.split(":")[0])
@@ -184,7 +180,10 @@ class ClassDetail(Vertical):
         text.append("📌" if pins.get(cid) == n else "  ")
         text.append("A " if n == self.marked else "  ", "bold magenta")
         text.append(f"n{n} ", "dim")
-        text.append(self._with_short_names(eg.describe(n)), "bold" if n in self.chosen else "")
+        described = eg.describe(n)
+        if op == "kernel" and kz is not None:  # by its readable name (the source pane shows the hash)
+            described = described.replace(param.candidate.split("@")[0], kz.name(param.candidate), 1)  # type: ignore[union-attr]
+        text.append(self._with_short_names(described), "bold" if n in self.chosen else "")
         if op == "kernel" and param in times:
             mark = "m" if self._measured(param) else "p"  # type: ignore[arg-type]
             text.append(f"  {self._device(param.device)} {seconds_text(times[param])} {mark}", "cyan")  # type: ignore[attr-defined]
@@ -206,6 +205,10 @@ class ClassDetail(Vertical):
         else:
             steps = explain(eg, a, b)
             text = f"why n{a} = n{b} ({plural(len(steps), 'step')}):\n" + "\n".join(format_explanation(eg, steps))
+        param = eg.node(b).param
+        if isinstance(param, KernelNode) and self._kz is not None and param.candidate in self._kz.candidates:
+            text += f"\n\nwhy kernel {self._kz.name(param.candidate)} is shaped so:\n" + "\n".join(
+                f"  {line}" for line in self._kernel_lines(param.candidate))
         self.explanation = text
         _update_in_place(self.query_one("#explain", Static), Text(text))
         return text

@@ -3,7 +3,7 @@ the numpy program or the BLAS call), highlighted."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rich.console import Group, RenderableType
 from rich.syntax import Syntax
@@ -29,16 +29,20 @@ class SourceView(Static):
 
     def show(self, cand_id: str | None, cand: Candidate | None, times: Mapping[str, tuple[float, bool]], theme: str,
              variant: tuple[str, Variant] | None = None, launched: tuple[str, Variant] | None = None,
-             devices: Mapping[str, Device] = {}, short: Mapping[str, str] = {}) -> None:
+             devices: Mapping[str, Device] = {}, short: Mapping[str, str] = {}, name: str = "",
+             tensors: Sequence[str] = (), decisions: Sequence[str] = ()) -> None:
         """``times``: (seconds, measured) by device name; ``variant``: (device, variant) to show, ``launched``: the plan's;
-        ``devices``: by name (what runs depends on the device); ``short``: the devices' short names."""
+        ``devices``: by name (what runs depends on the device); ``short``: the devices' short names; ``name``: the
+        kernel's readable name, ``tensors``: the program tensors it computes, ``decisions``: why it is shaped so."""
         self.cand_id, self.variant = cand_id, variant
         if cand is None:
             self.source_text = ""
             self.update(Text("no kernel selected: highlight a kernel form, a costs row or a Launch step", "dim"))
             return
-        head = Text.assemble((cand.kernel.name, "bold"), f"  computes c{cand.output} from ",
+        head = Text.assemble((name or cand.kernel.name, "bold"), f" ({cand.kernel.name})  computes c{cand.output} from ",
                              ", ".join(f"c{i}" for i in cand.inputs) or "nothing", f", root form n{cand.root}\n")
+        if tensors:
+            head.append(f"  program tensors: {', '.join(tensors)}  (t: show in the program)\n", "green")
         for device, (s, measured) in times.items():
             head.append(f"  {short.get(device, device)}: {seconds_text(s)} {'measured' if measured else 'predicted'}\n",
                         "cyan" if measured else "dim cyan")
@@ -56,5 +60,6 @@ class SourceView(Static):
             title, self.source_text = "source" + where, ""
             code = Text(f"no source{where}: {e}", "yellow")
         ir = Syntax(str(cand.kernel), KernelIRLexer(), theme=theme, word_wrap=True)
-        self.update(Group(head, Text("kernel IR", "bold underline"), ir, Text(""),
+        why = Text("\n".join(f"  {line}" for line in decisions) + "\n") if decisions else Text("")
+        self.update(Group(head, Text("fusion decisions", "bold underline"), why, Text("kernel IR", "bold underline"), ir, Text(""),
                           Text(title, "bold underline"), code))

@@ -27,8 +27,8 @@ class TensorDetail(Static):
         self.summary = Text()
         self.lowering = Table()
 
-    def show(self, name: str) -> None:
-        """Render the detail of tensor ``name``."""
+    def show(self, name: str, where: str = "") -> None:
+        """Render the detail of tensor ``name``; ``where``: where it went in the compilation (one line)."""
         node = next((n for n in self.program.nodes if n.id == name), None)
         shape, dtype = self.types[name]
         text = Text()
@@ -48,6 +48,8 @@ class TensorDetail(Static):
             text.append(f"  used by {', '.join(users)}\n")
         if name in self.program.outputs:
             text.append("  output of the program\n", "green")
+        if where:
+            text.append(f"  compiled: {where} (enter goes there)\n", "cyan")
         table = Table(title="lowers to", title_justify="left", box=None)
         for column in ("#", "primitive", "param", "shape", "dtype"):
             table.add_column(column, no_wrap=True)
