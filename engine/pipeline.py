@@ -16,6 +16,7 @@ is not switched to untimed kernels of classes a timed kernel makes (``Compilatio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -345,6 +346,56 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins)
     c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
                         lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
+
+
+def what_if(c: Compilation, pins: Mapping[ClassId, Pin]) -> Compilation:
+    """A copy of planned compilation ``c`` re-extracted under ``pins``, not run; ``c`` is untouched (the copy
+    has its own kernel times and problems, which running it may change)."""
+    copy = dataclasses.replace(c, stage="plan", extraction=None, plan=None, execution=None, verification=None,
+                               kernel_times=dict(c.kernel_times), problems=list(c.problems))
+    extract(copy, pins)
+    return copy
+
+
+@dataclass(frozen=True)
+class WhatIfRun:
+    """A what-if plan measured beside the plan it changes, both now and alike: each plan's fastest of ``repeats``
+    runs (alternating, so that both see the same machine), the what-if's outputs verified against the reference."""
+
+    predicted: tuple[float, float]
+    """Seconds predicted for (the base plan, the what-if plan)."""
+    measured: tuple[float, float]
+    """Seconds measured for (the base plan, the what-if plan): the fastest run of each."""
+    execution: Execution
+    """The what-if plan's fastest run."""
+    verification: Verification
+    repeats: int
+
+    @property
+    def predicted_delta(self) -> float:
+        return self.predicted[1] - self.predicted[0]
+
+    @property
+    def measured_delta(self) -> float:
+        return self.measured[1] - self.measured[0]
+
+
+def run_what_if(base: Compilation, whatif: Compilation, repeats: int = 3) -> WhatIfRun:
+    """Run ``whatif``'s plan and ``base``'s plan ``repeats`` times each on the program's input values and verify
+    the what-if's outputs.  Neither compilation is changed, nor are the cost models refitted: a pinned plan is
+    an experiment.  A step that fails raises StepError."""
+    assert base.plan is not None and whatif.plan is not None and repeats >= 1
+    values = base.program.input_values()
+    best: list[Execution | None] = [None, None]
+    for _ in range(repeats):
+        for i, plan in enumerate((base.plan, whatif.plan)):
+            e = execute(plan, base.devices, values)
+            if best[i] is None or e.total < best[i].total:  # type: ignore[union-attr]
+                best[i] = e
+    assert best[0] is not None and best[1] is not None
+    checked = verify(best[1].outputs, evaluate(base.program.lower(), values), base.program)
+    return WhatIfRun((base.plan.predicted, whatif.plan.predicted), (best[0].total, best[1].total), best[1], checked,
+                     repeats)
 
 
 def explain(c: Compilation) -> Explainer:

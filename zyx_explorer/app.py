@@ -21,14 +21,14 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from engine import Program, units
+from engine import Program, pipeline, units
 from engine.devices import Device, discover
 from engine.devices.base import Variant
 from engine.egraph.egraph import ClassId, EGraph
 from engine.export import ExportResult, export_stage
 from engine.fileio import write_atomic
 from engine.kernel.attach import KernelNode
-from engine.pipeline import Options, compile_stages
+from engine.pipeline import Compilation, Options, compile_stages
 from engine.plan import Launch
 from engine.tuning import Progress, TuneResult
 from zyx_explorer import model, outputs
@@ -106,6 +106,8 @@ class ExplorerApp(App):
         Binding("d", "pin_device", "Pin device", show=False, id="pin-device",
                 tooltip="Pin the class to the highlighted kernel's device (what-if)"),
         Binding("u", "unpin", "Unpin", show=False, id="unpin", tooltip="Unpin the class"),
+        Binding("r", "run_what_if", "Run what-if", show=False, id="run-what-if",
+                tooltip="Run the pinned plan beside the real one, verify it, measure the delta"),
         Binding("e", "export", "Export", show=False, id="export", tooltip="Export the stage (Graphviz DOT + SVG)"),
         Binding("ctrl+s", "screenshot_svg", "Screenshot", show=False, id="screenshot", tooltip="Save a screenshot (SVG)"),
         Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning",
@@ -418,7 +420,9 @@ class ExplorerApp(App):
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")
         if self.session.pins:
-            text += f"; pinned: {', '.join(f'c{c}=n{n}' for c, n in self.session.pins.items())} (what-if, not run)"
+            run = self.session.whatif_run
+            text += (f"; pinned: {', '.join(f'c{c}=n{n}' for c, n in self.session.pins.items())} (what-if: "
+                     f"{model.what_if_text(run) if run else 'not run, r runs it'})")
         summary.update(text)
 
     def _show_rewrites(self) -> None:
@@ -698,6 +702,34 @@ class ExplorerApp(App):
             self.viewed = self.session.done[-1]
         self._keys.clear()
         self._refresh()
+
+    def action_run_what_if(self) -> None:
+        """Measure the pinned plan against the real one in a worker (the UI stays live)."""
+        whatif = self.session.whatif
+        if whatif is None:
+            self.notify("pin a form or device first (p, d); r then runs that plan", severity="warning")
+        elif not self.compiled:
+            self.notify("wait for the compilation to finish: its devices are busy", severity="warning")
+        else:
+            self.notify("running the pinned plan and the real one…", title="What-if")
+            self._run_what_if(whatif)
+
+    @work(thread=True, exclusive=True, group="what-if", exit_on_error=False)
+    def _run_what_if(self, whatif: Compilation) -> None:
+        try:
+            run = pipeline.run_what_if(self.session.compilation, whatif)  # type: ignore[arg-type]
+        except Exception as e:  # a failing step is shown, never raised
+            self.call_from_thread(self.notify, f"{type(e).__name__}: {e}", title="What-if run failed",
+                                  severity="error", markup=False)
+            return
+        self.call_from_thread(self._what_if_ran, whatif, run)
+
+    def _what_if_ran(self, whatif: Compilation, run: pipeline.WhatIfRun) -> None:
+        if self.session.ran(whatif, run):  # else the pins changed while it ran
+            self.notify(model.what_if_text(run), title="What-if run", markup=False,
+                        severity="information" if run.verification.ok else "error", timeout=10)
+            self._keys.clear()
+            self._refresh()
 
     def action_export(self) -> None:
         """Export the viewed stage (``<stage>.dot`` and ``.svg``) into the program's folder (``outputs``)."""

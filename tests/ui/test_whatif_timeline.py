@@ -1,0 +1,74 @@
+"""Pilot tests of the what-if run (``r`` after a pin) and the timeline screen (``t``), on small samples compiled
+with the cost model (no tuning): fast and deterministic."""
+
+from __future__ import annotations
+
+import math
+
+from engine.pipeline import Options
+from tests.ui.conftest import compiled
+from zyx_explorer.widgets.class_detail import ClassDetail
+
+FAST = Options(tune=False, tune_cache=False)
+
+
+async def _until(pilot, condition, limit: int = 500) -> bool:
+    for _ in range(limit):
+        if condition():
+            return True
+        await pilot.pause(0.02)
+    return False
+
+
+async def _pin_slowest_output_kernel(app, pilot) -> int:
+    """Pin the output class to its slowest kernel form (never the one the plan chose); returns that node."""
+    c = app.session.compilation
+    out = next(iter(c.egraph.output_classes().values()))
+    slow = max((n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"),
+               key=lambda n: c.kernel_times[c.egraph.node(n).param])
+    app.select_class(out, tab=True)
+    await pilot.pause()
+    detail = app.query_one(ClassDetail)
+    detail.forms.focus()
+    detail.forms.cursor = detail.forms.index_of(("form", slow))
+    await pilot.press("p")
+    assert app.session.pins == {out: slow}
+    return slow
+
+
+class TestWhatIfRun:
+    async def test_r_measures_and_verifies_the_pinned_plan_beside_the_prediction(self, app_factory):
+        app = app_factory(options=FAST)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await compiled(pilot)
+            base = app.session.compilation
+            base_times = base.execution.step_times
+            await _pin_slowest_output_kernel(app, pilot)
+            whatif = app.session.whatif
+            assert whatif.execution is None
+            await pilot.press("r")
+            assert await _until(pilot, lambda: app.session.whatif_run is not None), "the what-if never ran"
+            run = app.session.whatif_run
+            assert run.verification.ok and whatif.verification is run.verification
+            assert run.predicted == (base.plan.predicted, whatif.plan.predicted)
+            assert all(math.isfinite(t) and t > 0 for t in run.measured)
+            assert len(run.execution.step_times) == len(whatif.plan.steps)  # the what-if's own run...
+            assert run.execution.total == run.measured[1] != run.measured[0]  # ...not the base plan's
+            assert base.execution.step_times == base_times  # the real compilation is untouched
+            shown = [str(n.message) for n in app._notifications if n.title == "What-if run"]
+            assert shown and "measured" in shown[-1] and "predicted" in shown[-1] and "verification ok" in shown[-1]
+            await pilot.press("4")
+            await pilot.pause()
+            summary = str(app.query_one("#plan-summary").render())
+            assert "measured" in summary and "fastest of 3" in summary
+            await pilot.press("u")  # unpinned: the run goes with its pin
+            assert app.session.whatif_run is None
+
+    async def test_r_without_a_pin_is_refused(self, app_factory):
+        app = app_factory(options=FAST)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await compiled(pilot)
+            await pilot.press("r")
+            await pilot.pause()
+            assert app.session.whatif_run is None
+            assert any("pin a form" in str(n.message) for n in app._notifications)
