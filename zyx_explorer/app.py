@@ -35,6 +35,7 @@ from zyx_explorer import model, outputs
 from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.compile_cmd import progress_text
 from zyx_explorer.screens.help import HelpScreen
+from zyx_explorer.screens.timeline import TimelineScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
 from zyx_explorer.widgets.costs_table import LEGEND, CostsTable
@@ -108,6 +109,8 @@ class ExplorerApp(App):
         Binding("u", "unpin", "Unpin", show=False, id="unpin", tooltip="Unpin the class"),
         Binding("r", "run_what_if", "Run what-if", show=False, id="run-what-if",
                 tooltip="Run the pinned plan beside the real one, verify it, measure the delta"),
+        Binding("t", "timeline", "Timeline", show=False, id="timeline",
+                tooltip="Where the time went: the plan's launches and copies per device, memory per pool"),
         Binding("e", "export", "Export", show=False, id="export", tooltip="Export the stage (Graphviz DOT + SVG)"),
         Binding("ctrl+s", "screenshot_svg", "Screenshot", show=False, id="screenshot", tooltip="Save a screenshot (SVG)"),
         Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning",
@@ -730,6 +733,14 @@ class ExplorerApp(App):
                         severity="information" if run.verification.ok else "error", timeout=10)
             self._keys.clear()
             self._refresh()
+
+    def action_timeline(self) -> None:
+        """Show the timeline of the viewed stage's plan (and of the pinned what-if) on its own screen."""
+        sections = self.session.timelines(self.viewed)
+        if sections:
+            self.push_screen(TimelineScreen(sections, self.session.short()))
+        else:
+            self.notify("no plan at this stage yet (] moves on to the plan)", severity="warning")
 
     def action_export(self) -> None:
         """Export the viewed stage (``<stage>.dot`` and ``.svg``) into the program's folder (``outputs``)."""

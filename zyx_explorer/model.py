@@ -21,6 +21,7 @@ from engine.kernel.attach import KernelNode
 from engine.kernel.kernelize import Candidate
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
+from engine.timeline import Timeline, timeline
 from engine.tuning import FAILED, OK, WRONG, TuneResult
 from engine.units import nbytes as bytes_text  # the explorer's names for engine.units (panes import them from here)
 from engine.units import plural, short_devices
@@ -110,6 +111,16 @@ class Session:
     def plan(self, stage: str) -> ExecPlan | None:
         c = self.current()
         return c.plan if c is not None and reached(stage, PLAN) else None
+
+    def timelines(self, stage: str) -> list[tuple[str, Timeline]]:
+        """The plan's timeline as of ``stage`` (measured once executed) and, under pins, the what-if plan's
+        (measured once ``r`` ran it)."""
+        out = []
+        for title, c in (("plan", self.compilation), ("what-if plan (pinned)", self.whatif)):
+            if c is not None and c.plan is not None and reached(stage, PLAN):
+                ran = c.execution if reached(stage, "executed") else None
+                out.append((title, timeline(c.plan, ran, c.devices)))
+        return out
 
     def kernel_times(self, stage: str) -> Mapping[KernelNode, float]:
         """Seconds of each kernel node: nominal estimates at ``kernelized``, tuned or predicted from ``tuned`` on."""

@@ -5,9 +5,15 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
+from engine import pipeline, units
 from engine.pipeline import Options
-from tests.ui.conftest import compiled
+from engine.plan import execute
+from tests.ui.conftest import compiled, plain
+from zyx_explorer.screens.timeline import TimelineScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
+from zyx_explorer.widgets.timeline_view import TimelineView
 
 FAST = Options(tune=False, tune_cache=False)
 
@@ -37,8 +43,10 @@ async def _pin_slowest_output_kernel(app, pilot) -> int:
 
 
 class TestWhatIfRun:
-    async def test_r_measures_and_verifies_the_pinned_plan_beside_the_prediction(self, app_factory):
+    async def test_r_measures_and_verifies_the_pinned_plan_beside_the_prediction(self, app_factory, monkeypatch):
         app = app_factory(options=FAST)
+        ran = []
+        monkeypatch.setattr(pipeline, "execute", lambda plan, *a: ran.append(plan) or execute(plan, *a))
         async with app.run_test(size=(140, 40)) as pilot:
             await compiled(pilot)
             base = app.session.compilation
@@ -46,10 +54,12 @@ class TestWhatIfRun:
             await _pin_slowest_output_kernel(app, pilot)
             whatif = app.session.whatif
             assert whatif.execution is None
+            ran.clear()
             await pilot.press("r")
             assert await _until(pilot, lambda: app.session.whatif_run is not None), "the what-if never ran"
             run = app.session.whatif_run
             assert run.verification.ok and whatif.verification is run.verification
+            assert [id(p) for p in ran] == [id(base.plan), id(whatif.plan)] * 3  # alternating, 3 runs each
             assert run.predicted == (base.plan.predicted, whatif.plan.predicted)
             assert all(math.isfinite(t) and t > 0 for t in run.measured)
             assert len(run.execution.step_times) == len(whatif.plan.steps)  # the what-if's own run...
@@ -72,3 +82,43 @@ class TestWhatIfRun:
             await pilot.pause()
             assert app.session.whatif_run is None
             assert any("pin a form" in str(n.message) for n in app._notifications)
+
+
+class TestTimeline:
+    @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+    async def test_t_shows_each_device_lane_to_the_terminal_width(self, app_factory, size):
+        app = app_factory(options=FAST)
+        async with app.run_test(size=size) as pilot:
+            await compiled(pilot)
+            await pilot.press("t")
+            await pilot.pause()
+            assert isinstance(app.screen, TimelineScreen)
+            text = plain(app.screen.query_one(TimelineView), size[0])
+            lines = text.splitlines()
+            assert "measured: each step's time in the run" in lines[0]
+            c = app.session.compilation
+            short = app.session.short()
+            for device in {s.device for s in c.plan.launches()}:
+                lane = next(line for line in lines if line.startswith(short[device] + " "))
+                assert lane.count("█") + lane.count("▏") >= 1
+                assert size[0] - 4 <= len(lane) <= size[0]  # drawn to the width: never cut, never wrapped
+            assert any(line.startswith("host ") and line.rstrip().endswith(units.nbytes(c.plan.peak_bytes))
+                       for line in lines)  # one pool: its peak is the plan's
+            await pilot.press("escape")
+            assert not isinstance(app.screen, TimelineScreen)
+
+    async def test_a_ran_what_if_gets_its_own_measured_lanes(self, app_factory):
+        app = app_factory(options=FAST)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await compiled(pilot)
+            await _pin_slowest_output_kernel(app, pilot)
+            await pilot.press("t")
+            await pilot.pause()
+            text = plain(app.screen.query_one(TimelineView), 140)
+            assert "what-if plan (pinned)" in text and "predicted only" in text
+            await pilot.press("escape", "r")
+            assert await _until(pilot, lambda: app.session.whatif_run is not None), "the what-if never ran"
+            await pilot.press("t")
+            await pilot.pause()
+            text = plain(app.screen.query_one(TimelineView), 140)
+            assert "predicted only" not in text and text.count("measured: each step's time in the run") == 2
