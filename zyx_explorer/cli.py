@@ -417,6 +417,7 @@ def _class_id(text: str) -> int:
 
 def _export_parser() -> argparse.ArgumentParser:
     from engine.export import FORMATS, stage_names
+    from engine.export.view import MAX_NODES
 
     parser = argparse.ArgumentParser(
         prog="zyx-explore export",
@@ -434,6 +435,9 @@ def _export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=_at_least(0), default=None, metavar="N", help="neighbourhood depth (default 2)")
     parser.add_argument("--plan-only", action="store_true", help="only what the chosen plan uses")
     parser.add_argument("--collapse", action="store_true", help="draw a class with one form (a kernel) as one node")
+    parser.add_argument("--max-nodes", type=_at_least(1), default=MAX_NODES, metavar="N",
+                        help="above N drawn nodes a graph is cut to the chosen plan, collapsed (default "
+                             f"{MAX_NODES}); each graph's label says what was cut")
     _compile_arguments(parser)
     return parser
 
@@ -463,7 +467,8 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
         return _error(err, f"--neighbourhood c{args.neighbourhood}: no such class "
                            f"(ids go up to c{compilation.egraph.num_added - 1})")
     options = ExportOptions(neighbourhood=args.neighbourhood, depth=2 if args.depth is None else args.depth,
-                            plan_only=args.plan_only, collapse=args.collapse)
+                            plan_only=args.plan_only, collapse=args.collapse,
+                            max_nodes=args.max_nodes)
     stages = None if args.stage == "all" else [args.stage]
     with err.status("rendering"):
         result = export_all(compilation, stages, out, args.format, options, source=str(args.file))

@@ -71,7 +71,7 @@ def export_all(compilation: Compilation, stages: Sequence[str] | None, out_dir: 
         paths = export_stage(compilation, stage, out_dir, fmt, options, result=result)
         if paths:
             files[stage] = [p.name for p in paths]
-    if compilation.plan is not None:  # drawn here, without Graphviz
+    if compilation.plan is not None and (stages is None or {"plan", "executed"} & set(stages)):  # no Graphviz
         files["timeline"] = [_write_timeline(compilation, out_dir).name]
         result.paths.append(out_dir / files["timeline"][0])
     result.paths += write_report(compilation, out_dir, files, result.notes, source)
