@@ -37,7 +37,7 @@ def timeline_text(sections: Sequence[tuple[str, Timeline]], width: int, short: M
                else "predicted only: the plan did not run, bars are the plan's predictions")
         out.append(f"{title}: {units.seconds(t.total)} over {units.plural(len(t.bars), 'launch or copy', 'launches and copies')}"
                    f" ({how})\n", style="bold")
-        out.append(f"{'':{label}}  0{units.seconds(span):>{cols - 1}}\n", style="dim")
+        out.append(f"{'':{label}}  0{'─' * (cols - 2)}┤ {units.seconds(span):>{RIGHT - 1}}\n", style="dim")
         for lane in t.lanes:
             out.append(f"{short.get(lane, lane):<{label}}  ")
             out.append_text(_lane(t, lane, cols, span))
