@@ -10,10 +10,11 @@ import pytest
 from engine import pipeline, units
 from engine.pipeline import Options
 from engine.plan import execute
+from engine.timeline import Bar, PoolMemory, Timeline
 from tests.ui.conftest import compiled, plain
 from zyx_explorer.screens.timeline import TimelineScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
-from zyx_explorer.widgets.timeline_view import TimelineView
+from zyx_explorer.widgets.timeline_view import LEVELS, RIGHT, TimelineView, timeline_text
 
 FAST = Options(tune=False, tune_cache=False)
 
@@ -98,10 +99,15 @@ class TestTimeline:
             assert "measured: each step's time in the run" in lines[0]
             c = app.session.compilation
             short = app.session.short()
+            ((_, t),) = app.session.timelines(app.viewed)
+            axis = next(line for line in lines if "┤" in line)
+            start, cols = axis.index("0"), axis.index("┤") - axis.index("0") + 1
             for device in {s.device for s in c.plan.launches()}:
                 lane = next(line for line in lines if line.startswith(short[device] + " "))
-                assert lane.count("█") + lane.count("▏") >= 1
                 assert size[0] - 4 <= len(lane) <= size[0]  # drawn to the width: never cut, never wrapped
+                bars = [b for b in t.bars if b.lane == device]
+                cells = lane[start:start + cols].count("█")  # to scale: its share of the time, give or take
+                assert abs(cells - t.lane_seconds(device) / t.total * cols) <= len(bars) + 1  # a cell per bar
             assert any(line.startswith("host ") and line.rstrip().endswith(units.nbytes(c.plan.peak_bytes))
                        for line in lines)  # one pool: its peak is the plan's
             await pilot.press("escape")
@@ -122,3 +128,17 @@ class TestTimeline:
             await pilot.pause()
             text = plain(app.screen.query_one(TimelineView), 140)
             assert "predicted only" not in text and text.count("measured: each step's time in the run") == 2
+
+
+def test_bars_are_drawn_where_and_as_long_as_they_ran():
+    """Two lanes over 4 s: a runs 0-1 s and 3-4 s, b 1-3 s, a copy on b 3-3.01 s (thinner than a cell)."""
+    bars = (Bar(0, "a", "launch", "k0", 0.0, 1.0, True), Bar(1, "b", "launch", "k1", 1.0, 2.0, True),
+            Bar(2, "b", "copy", "c1", 3.0, 0.01, True), Bar(3, "a", "launch", "k2", 3.01, 0.99, True))
+    t = Timeline(("a", "b"), bars, (1.0, 3.0, 3.01, 4.0), (PoolMemory("host", (4, 8, 8, 2), 8),), True)
+    label = 6  # the narrowest lane label
+    lines = timeline_text([("plan", t)], label + 2 + 40 + RIGHT, {}).plain.splitlines()
+    lane = {line.split()[0]: line[label + 2: label + 2 + 40] for line in lines if line.split()[:1] in (["a"], ["b"], ["host"])}
+    assert lane["a"] == "█" * 10 + " " * 20 + "█" * 10
+    assert lane["b"] == " " * 10 + "█" * 20 + "▏" + " " * 9
+    # the bytes held, from each step's start: 8 during the cell where the copy (3.0 s) and k2 (3.01 s) start
+    assert lane["host"] == LEVELS[4] * 10 + LEVELS[8] * 21 + LEVELS[2] * 9

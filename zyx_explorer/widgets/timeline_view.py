@@ -82,16 +82,18 @@ def _lane(t: Timeline, lane: str, cols: int, span: float) -> Text:
 
 
 def _memory(t: Timeline, held: Sequence[int], peak: int, cols: int, span: float) -> str:
-    """Held bytes over time, one level per cell: the most held during the cell (the level before carries on)."""
-    level = [-1] * cols
+    """Held bytes over time, one level per cell: the most held during the cell; a cell where no step starts
+    shows what the last step before it left."""
+    most: list[int | None] = [None] * cols
+    left: list[int | None] = [None] * cols
     for i, h in enumerate(held):
-        start = t.ends[i - 1] if i else 0.0
-        cell = min(cols - 1, int(start / span * cols))
-        level[cell] = max(level[cell], round(h / peak * (len(LEVELS) - 1)) if peak else 0)
-    out, last = [], 0
-    for v in level:
-        last = v if v >= 0 else last
-        out.append(LEVELS[last])
+        cell = min(cols - 1, int((t.ends[i - 1] if i else 0.0) / span * cols))
+        level = round(h / peak * (len(LEVELS) - 1)) if peak else 0
+        most[cell], left[cell] = max(most[cell] or 0, level), level
+    out, carried = [], 0
+    for m, after in zip(most, left):
+        out.append(LEVELS[carried if m is None else m])
+        carried = carried if after is None else after
     return "".join(out)
 
 
