@@ -4,6 +4,7 @@ with the cost model (no tuning): fast and deterministic."""
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 
@@ -142,3 +143,22 @@ def test_bars_are_drawn_where_and_as_long_as_they_ran():
     assert lane["b"] == " " * 10 + "█" * 20 + "▏" + " " * 9
     # the bytes held, from each step's start: 8 during the cell where the copy (3.0 s) and k2 (3.01 s) start
     assert lane["host"] == LEVELS[4] * 10 + LEVELS[8] * 21 + LEVELS[2] * 9
+
+
+async def test_the_ui_answers_keys_while_the_what_if_runs(app_factory, monkeypatch):
+    """The run is held until the test lets it go: meanwhile a key still switches the pane."""
+    release, real = threading.Event(), pipeline.run_what_if
+    threads = []
+    monkeypatch.setattr(pipeline, "run_what_if",
+                        lambda *a: threads.append(threading.current_thread()) or (release.wait(10) and real(*a)))
+    app = app_factory(options=FAST)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await compiled(pilot)
+        await _pin_slowest_output_kernel(app, pilot)
+        await pilot.press("r", "7")
+        await pilot.pause()
+        assert app.query_one("#tabs").active == "results-tab" and app.session.whatif_run is None
+        release.set()
+        assert await _until(pilot, lambda: app.session.whatif_run is not None), "the what-if never ran"
+        await pilot.pause()  # the panes it refreshed settle before the app closes
+        assert threads and threads[0] is not threading.main_thread()
