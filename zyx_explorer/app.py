@@ -47,6 +47,7 @@ from zyx_explorer.widgets.rewrites_table import RewritesTable
 from zyx_explorer.widgets.source_view import SourceView
 from zyx_explorer.widgets.stage_bar import StageBar
 from zyx_explorer.widgets.tensor_detail import TensorDetail
+from zyx_explorer.widgets.timeline_view import TimelineView
 from zyx_explorer.widgets.variants_table import VariantsTable
 
 TABS = ("program", "classes", "costs", "plan", "source", "rewrites", "results")
@@ -733,6 +734,8 @@ class ExplorerApp(App):
                         severity="information" if run.verification.ok else "error", timeout=10)
             self._keys.clear()
             self._refresh()
+            if isinstance(self.screen, TimelineScreen):  # shown while it ran: the what-if's lanes are measured now
+                self.screen.query_one(TimelineView).show(self.session.timelines(self.viewed))
 
     def action_timeline(self) -> None:
         """Show the timeline of the viewed stage's plan (and of the pinned what-if) on its own screen."""

@@ -123,9 +123,8 @@ class TestTimeline:
             await pilot.pause()
             text = plain(app.screen.query_one(TimelineView), 140)
             assert "what-if plan (pinned)" in text and "predicted only" in text
-            await pilot.press("escape", "r")
+            await pilot.press("r")  # from the timeline screen: it shows the run when it ends
             assert await _until(pilot, lambda: app.session.whatif_run is not None), "the what-if never ran"
-            await pilot.press("t")
             await pilot.pause()
             text = plain(app.screen.query_one(TimelineView), 140)
             assert "predicted only" not in text and text.count("measured: each step's time in the run") == 2

@@ -104,5 +104,9 @@ class TimelineView(Static):
         super().__init__(**kw)
         self.sections, self.short = sections, short
 
+    def show(self, sections: Sequence[tuple[str, Timeline]]) -> None:
+        self.sections = sections
+        self.update(timeline_text(sections, self.size.width, self.short))
+
     def on_resize(self, event: events.Resize) -> None:
         self.update(timeline_text(self.sections, event.size.width, self.short))
