@@ -364,12 +364,25 @@ class WhatIfRun:
 
     predicted: tuple[float, float]
     """Seconds predicted for (the base plan, the what-if plan)."""
-    measured: tuple[float, float]
-    """Seconds measured for (the base plan, the what-if plan): the fastest run of each."""
+    runs: tuple[tuple[float, ...], tuple[float, ...]]
+    """Seconds of every run of (the base plan, the what-if plan), in order."""
     execution: Execution
     """The what-if plan's fastest run."""
     verification: Verification
-    repeats: int
+
+    @property
+    def repeats(self) -> int:
+        return len(self.runs[0])
+
+    @property
+    def measured(self) -> tuple[float, float]:
+        """Seconds measured for (the base plan, the what-if plan): the fastest run of each."""
+        return min(self.runs[0]), min(self.runs[1])
+
+    @property
+    def spread(self) -> float:
+        """The widest gap between two runs of one plan: a measured delta no bigger than this is noise."""
+        return max(max(r) - min(r) for r in self.runs)
 
     @property
     def predicted_delta(self) -> float:
@@ -386,16 +399,17 @@ def run_what_if(base: Compilation, whatif: Compilation, repeats: int = 3) -> Wha
     an experiment.  A step that fails raises StepError."""
     assert base.plan is not None and whatif.plan is not None and repeats >= 1
     values = base.program.input_values()
-    best: list[Execution | None] = [None, None]
+    runs: tuple[list[float], list[float]] = ([], [])
+    best: Execution | None = None
     for _ in range(repeats):
         for i, plan in enumerate((base.plan, whatif.plan)):
             e = execute(plan, base.devices, values)
-            if best[i] is None or e.total < best[i].total:  # type: ignore[union-attr]
-                best[i] = e
-    assert best[0] is not None and best[1] is not None
-    checked = verify(best[1].outputs, evaluate(base.program.lower(), values), base.program)
-    return WhatIfRun((base.plan.predicted, whatif.plan.predicted), (best[0].total, best[1].total), best[1], checked,
-                     repeats)
+            runs[i].append(e.total)
+            if i and (best is None or e.total < best.total):
+                best = e
+    assert best is not None
+    checked = verify(best.outputs, evaluate(base.program.lower(), values), base.program)
+    return WhatIfRun((base.plan.predicted, whatif.plan.predicted), (tuple(runs[0]), tuple(runs[1])), best, checked)
 
 
 def explain(c: Compilation) -> Explainer:

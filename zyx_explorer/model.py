@@ -193,13 +193,16 @@ class Session:
 
 
 def what_if_text(run: pipeline.WhatIfRun) -> str:
-    """A measured what-if beside its prediction, each marked: ``measured 1.20 ms -> 1.50 ms (+300 µs), predicted
-    ... (+250 µs); verification ok``."""
+    """A measured what-if beside its prediction, each marked: ``measured 1.20 ms -> 1.50 ms (+300 µs, fastest of
+    3 runs each; runs spread 20 µs); predicted ... (+250 µs); verification ok``; a measured delta within the
+    spread of the runs is said to be noise."""
     (pb, pw), (mb, mw) = run.predicted, run.measured
     check = "ok" if run.verification.ok else "FAILED: an output differs from the reference"
+    noise = ": within it, no measurable difference" if abs(run.measured_delta) <= run.spread else ""
     return (f"measured {seconds_text(mb)} -> {seconds_text(mw)} ({seconds_text(run.measured_delta, signed=True)}, "
-            f"fastest of {run.repeats} runs each); predicted {seconds_text(pb)} -> {seconds_text(pw)} "
-            f"({seconds_text(run.predicted_delta, signed=True)}); verification {check}")
+            f"fastest of {run.repeats} runs each; runs spread {seconds_text(run.spread)}{noise}); "
+            f"predicted {seconds_text(pb)} -> {seconds_text(pw)} ({seconds_text(run.predicted_delta, signed=True)}); "
+            f"verification {check}")
 
 
 PinTarget = NodeId | str

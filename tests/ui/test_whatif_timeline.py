@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+import types
 
 import pytest
 
@@ -13,6 +14,7 @@ from engine.pipeline import Options
 from engine.plan import execute
 from engine.timeline import Bar, PoolMemory, Timeline
 from tests.ui.conftest import compiled, plain
+from zyx_explorer import model
 from zyx_explorer.screens.timeline import TimelineScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.timeline_view import LEVELS, RIGHT, TimelineView, timeline_text
@@ -161,3 +163,14 @@ async def test_the_ui_answers_keys_while_the_what_if_runs(app_factory, monkeypat
         assert await _until(pilot, lambda: app.session.whatif_run is not None), "the what-if never ran"
         await pilot.pause()  # the panes it refreshed settle before the app closes
         assert threads and threads[0] is not threading.main_thread()
+
+
+def test_a_measured_delta_within_the_runs_spread_is_called_noise():
+    ok = types.SimpleNamespace(ok=True)
+    noisy = pipeline.WhatIfRun((1e-3, 2e-3), ((1.0e-3, 1.2e-3, 1.1e-3), (1.05e-3, 1.3e-3, 1.15e-3)), None, ok)
+    assert noisy.measured == (1.0e-3, 1.05e-3) and noisy.spread == pytest.approx(0.25e-3) and noisy.repeats == 3
+    assert "runs spread 250 µs: within it, no measurable difference" in model.what_if_text(noisy)
+    clear = pipeline.WhatIfRun((1e-3, 2e-3), ((1e-3, 1e-3), (2e-3, 2.1e-3)), None, ok)
+    text = model.what_if_text(clear)
+    assert "measured 1.00 ms -> 2.00 ms (+1.00 ms, fastest of 2 runs each; runs spread 100 µs)" in text
+    assert "predicted 1.00 ms -> 2.00 ms (+1.00 ms)" in text and "verification ok" in text
