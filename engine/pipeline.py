@@ -16,6 +16,7 @@ is not switched to untimed kernels of classes a timed kernel makes (``Compilatio
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -359,6 +360,70 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins)
     c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
                         lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
+
+
+def what_if(c: Compilation, pins: Mapping[ClassId, Pin]) -> Compilation:
+    """A copy of planned compilation ``c`` re-extracted under ``pins``, not run; ``c`` is untouched (the copy
+    has its own kernel times and problems, which running it may change)."""
+    copy = dataclasses.replace(c, stage="plan", extraction=None, plan=None, execution=None, verification=None,
+                               kernel_times=dict(c.kernel_times), problems=list(c.problems))
+    extract(copy, pins)
+    return copy
+
+
+@dataclass(frozen=True)
+class WhatIfRun:
+    """A what-if plan measured beside the plan it changes, both now and alike: each plan's fastest of ``repeats``
+    runs (alternating, so that both see the same machine), the what-if's outputs verified against the reference."""
+
+    predicted: tuple[float, float]
+    """Seconds predicted for (the base plan, the what-if plan)."""
+    runs: tuple[tuple[float, ...], tuple[float, ...]]
+    """Seconds of every run of (the base plan, the what-if plan), in order."""
+    execution: Execution
+    """The what-if plan's fastest run."""
+    verification: Verification
+
+    @property
+    def repeats(self) -> int:
+        return len(self.runs[0])
+
+    @property
+    def measured(self) -> tuple[float, float]:
+        """Seconds measured for (the base plan, the what-if plan): the fastest run of each."""
+        return min(self.runs[0]), min(self.runs[1])
+
+    @property
+    def spread(self) -> float:
+        """The widest gap between two runs of one plan: a measured delta no bigger than this is noise."""
+        return max(max(r) - min(r) for r in self.runs)
+
+    @property
+    def predicted_delta(self) -> float:
+        return self.predicted[1] - self.predicted[0]
+
+    @property
+    def measured_delta(self) -> float:
+        return self.measured[1] - self.measured[0]
+
+
+def run_what_if(base: Compilation, whatif: Compilation, repeats: int = 3) -> WhatIfRun:
+    """Run ``whatif``'s plan and ``base``'s plan ``repeats`` times each on the program's input values and verify
+    the what-if's outputs.  Neither compilation is changed, nor are the cost models refitted: a pinned plan is
+    an experiment.  A step that fails raises StepError."""
+    assert base.plan is not None and whatif.plan is not None and repeats >= 1
+    values = base.program.input_values()
+    runs: tuple[list[float], list[float]] = ([], [])
+    best: Execution | None = None
+    for _ in range(repeats):
+        for i, plan in enumerate((base.plan, whatif.plan)):
+            e = execute(plan, base.devices, values)
+            runs[i].append(e.total)
+            if i and (best is None or e.total < best.total):
+                best = e
+    assert best is not None
+    checked = verify(best.outputs, evaluate(base.program.lower(), values), base.program)
+    return WhatIfRun((base.plan.predicted, whatif.plan.predicted), (tuple(runs[0]), tuple(runs[1])), best, checked)
 
 
 def explain(c: Compilation) -> Explainer:

@@ -40,6 +40,7 @@ PANES: dict[str, tuple[list[str], Callable[[ExplorerApp], None] | None]] = {
     "rewrites": (["6", "down", "down"], None),
     "results": (["7"], None),
     "help": (["question_mark"], None),
+    "timeline": (["T"], None),
 }
 
 

@@ -21,20 +21,21 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static, TabbedContent, TabPane
 from textual.worker import get_current_worker
 
-from engine import Program, units
+from engine import Program, pipeline, units
 from engine.devices import Device, discover
 from engine.devices.base import Variant
 from engine.egraph.egraph import ClassId, EGraph
 from engine.export import ExportResult, export_stage
 from engine.fileio import write_atomic
 from engine.kernel.attach import KernelNode
-from engine.pipeline import Options, compile_stages
+from engine.pipeline import Compilation, Options, compile_stages
 from engine.plan import Launch
 from engine.tuning import Progress, TuneResult
 from zyx_explorer import model, outputs
 from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.compile_cmd import progress_text
 from zyx_explorer.screens.help import HelpScreen
+from zyx_explorer.screens.timeline import TimelineScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
 from zyx_explorer.widgets.costs_table import LEGEND, CostsTable
@@ -46,6 +47,7 @@ from zyx_explorer.widgets.rewrites_table import RewritesTable
 from zyx_explorer.widgets.source_view import SourceView
 from zyx_explorer.widgets.stage_bar import StageBar
 from zyx_explorer.widgets.tensor_detail import TensorDetail
+from zyx_explorer.widgets.timeline_view import TimelineView
 from zyx_explorer.widgets.variants_table import VariantsTable
 
 TABS = ("program", "classes", "costs", "plan", "source", "rewrites", "results")
@@ -108,6 +110,10 @@ class ExplorerApp(App):
         Binding("u", "unpin", "Unpin", show=False, id="unpin", tooltip="Unpin the class"),
         Binding("t", "tensors", "Tensors", show=False, id="tensors",
                 tooltip="Show the program tensors the highlighted kernel (plan step, costs row, source) computes"),
+        Binding("r", "run_what_if", "Run what-if", show=False, id="run-what-if",
+                tooltip="Run the pinned plan beside the real one, verify it, measure the delta"),
+        Binding("T", "timeline", "Timeline", show=False, id="timeline",
+                tooltip="Where the time went: the plan's launches and copies per device, memory per pool"),
         Binding("e", "export", "Export", show=False, id="export", tooltip="Export the stage (Graphviz DOT + SVG)"),
         Binding("ctrl+s", "screenshot_svg", "Screenshot", show=False, id="screenshot", tooltip="Save a screenshot (SVG)"),
         Binding("c", "cancel_tuning", "Stop tuning", id="cancel-tuning",
@@ -423,7 +429,9 @@ class ExplorerApp(App):
                 f"; measured {model.seconds_text(sum(measured)) if measured else '(not run)'}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}")
         if self.session.pins:
-            text += f"; pinned: {', '.join(f'c{c}=n{n}' for c, n in self.session.pins.items())} (what-if, not run)"
+            run = self.session.whatif_run
+            text += (f"; pinned: {', '.join(f'c{c}=n{n}' for c, n in self.session.pins.items())} (what-if: "
+                     f"{model.what_if_text(run) if run else 'not run, r runs it'})")
         summary.update(text)
 
     def _show_rewrites(self) -> None:
@@ -763,6 +771,44 @@ class ExplorerApp(App):
             self.viewed = self.session.done[-1]
         self._keys.clear()
         self._refresh()
+
+    def action_run_what_if(self) -> None:
+        """Measure the pinned plan against the real one in a worker (the UI stays live)."""
+        whatif = self.session.whatif
+        if whatif is None:
+            self.notify("pin a form or device first (p, d); r then runs that plan", severity="warning")
+        elif not self.compiled:
+            self.notify("wait for the compilation to finish: its devices are busy", severity="warning")
+        else:
+            self.notify("running the pinned plan and the real one…", title="What-if")
+            self._run_what_if(whatif)
+
+    @work(thread=True, exclusive=True, group="what-if", exit_on_error=False)
+    def _run_what_if(self, whatif: Compilation) -> None:
+        try:
+            run = pipeline.run_what_if(self.session.compilation, whatif)  # type: ignore[arg-type]
+        except Exception as e:  # a failing step is shown, never raised
+            self.call_from_thread(self.notify, f"{type(e).__name__}: {e}", title="What-if run failed",
+                                  severity="error", markup=False)
+            return
+        self.call_from_thread(self._what_if_ran, whatif, run)
+
+    def _what_if_ran(self, whatif: Compilation, run: pipeline.WhatIfRun) -> None:
+        if self.session.ran(whatif, run):  # else the pins changed while it ran
+            self.notify(model.what_if_text(run), title="What-if run", markup=False,
+                        severity="information" if run.verification.ok else "error", timeout=10)
+            self._keys.clear()
+            self._refresh()
+            if isinstance(self.screen, TimelineScreen):  # shown while it ran: the what-if's lanes are measured now
+                self.screen.query_one(TimelineView).show(self.session.timelines(self.viewed))
+
+    def action_timeline(self) -> None:
+        """Show the timeline of the viewed stage's plan (and of the pinned what-if) on its own screen."""
+        sections = self.session.timelines(self.viewed)
+        if sections:
+            self.push_screen(TimelineScreen(sections, self.session.short()))
+        else:
+            self.notify("no plan at this stage yet (] moves on to the plan)", severity="warning")
 
     def action_export(self) -> None:
         """Export the viewed stage (``<stage>.dot`` and ``.svg``) into the program's folder (``outputs``)."""

@@ -78,7 +78,8 @@ def _main_parser() -> argparse.ArgumentParser:
             "  extract EGRAPH.json     greedy, DAG and ILP extraction of an egraph-serialize file "
             "(zyx-explore extract --help)\n"
             "  serialize FILE -o OUT   write a stage's e-graph as egraph-serialize JSON (zyx-explore serialize --help)\n"
-            "  import MODEL.onnx -o G.json  write an ONNX model as graph.json (+ .npy weights) (zyx-explore import --help)\n\n"
+            "  import MODEL.onnx -o G.json  write an ONNX model as graph.json (+ .npy weights) (zyx-explore import --help)\n"
+            "  serve FILE [--port N]   the explorer in a web browser, on 127.0.0.1 (zyx-explore serve --help)\n\n"
             "FILE may be an ONNX model (.onnx): it is imported first (--dim NAME=VALUE for symbolic dimensions).\n"
             "FILE may also be an egraph-serialize JSON e-graph (egg, egglog, extraction-gym): it is detected\n"
             "and opened in the foreign e-graph view (classes, forms with costs, the three extractors)."
@@ -419,6 +420,7 @@ def _class_id(text: str) -> int:
 
 def _export_parser() -> argparse.ArgumentParser:
     from engine.export import FORMATS, stage_names
+    from engine.export.view import MAX_NODES
 
     parser = argparse.ArgumentParser(
         prog="zyx-explore export",
@@ -436,6 +438,9 @@ def _export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=_at_least(0), default=None, metavar="N", help="neighbourhood depth (default 2)")
     parser.add_argument("--plan-only", action="store_true", help="only what the chosen plan uses")
     parser.add_argument("--collapse", action="store_true", help="draw a class with one form (a kernel) as one node")
+    parser.add_argument("--max-nodes", type=_at_least(1), default=MAX_NODES, metavar="N",
+                        help="above N drawn nodes a graph is cut to the chosen plan, collapsed (default "
+                             f"{MAX_NODES}); each graph's label says what was cut")
     _compile_arguments(parser)
     return parser
 
@@ -465,7 +470,8 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
         return _error(err, f"--neighbourhood c{args.neighbourhood}: no such class "
                            f"(ids go up to c{compilation.egraph.num_added - 1})")
     options = ExportOptions(neighbourhood=args.neighbourhood, depth=2 if args.depth is None else args.depth,
-                            plan_only=args.plan_only, collapse=args.collapse)
+                            plan_only=args.plan_only, collapse=args.collapse,
+                            max_nodes=args.max_nodes)
     stages = None if args.stage == "all" else [args.stage]
     with err.status("rendering"):
         result = export_all(compilation, stages, out, args.format, options, source=str(args.file))
@@ -621,30 +627,50 @@ def _import(args: argparse.Namespace, console: Console, err: Console) -> int:
 
 
 def _need_terminal() -> None:
-    """The explorer reads keys from a terminal: without one it would wait forever, so say so (exit 2)."""
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    """The explorer reads keys from a terminal: without one it would wait forever, so say so (exit 2).  Served
+    to a browser (``serve``), textual-serve names a web driver instead, which needs none."""
+    if not os.environ.get("TEXTUAL_DRIVER") and not (sys.stdin.isatty() and sys.stdout.isatty()):
         raise GraphError("the explorer needs a terminal (stdin and stdout are not both one); "
                          "use zyx-explore check, export or extract in scripts")
 
 
-def _explore(args: argparse.Namespace) -> int:
-    path = args.file or default_file()
+def _load_any(path: Path, args: argparse.Namespace):
+    """What ``path`` holds: a program, or a foreign e-graph; loaded before any UI starts, so that a bad file
+    exits 2 with its message."""
     from engine.interop import detect
 
-    if detect(path) == "egraph-serialize":
-        foreign = _load_foreign(path)
-        _need_terminal()
+    return _load_foreign(path) if detect(path) == "egraph-serialize" else load_program(path, args)
+
+
+def _explore(args: argparse.Namespace) -> int:
+    path = args.file or default_file()
+    loaded = _load_any(path, args)
+    _need_terminal()
+    if not isinstance(loaded, Program):
         from zyx_explorer.foreign import ForeignApp
 
-        ForeignApp(foreign, path).run()
+        ForeignApp(loaded, path).run()
         return 0
-    program = load_program(path, args)  # load before the UI starts: a bad file exits 2 with its message
-    _need_terminal()
+    program = loaded
     from zyx_explorer.app import ExplorerApp  # textual is only imported for the UI
 
     restricted = args.no_opencl or args.no_native or args.no_cuda
     devices = _devices(args, Console(stderr=True)) if restricted else None  # None: the app discovers them
     ExplorerApp(program, path, devices=devices, options=_options(args)).run()
+    return 0
+
+
+def _serve(argv: list[str], err: Console) -> int:
+    """``serve``: check FILE and the explorer's options here (a bad one exits 2 at once, not in the browser),
+    then serve the explorer on them."""
+    from zyx_explorer import serve
+
+    args, explorer_args = serve.parser().parse_known_args(argv)
+    _load_any(args.file, _main_parser().parse_args([str(args.file), *explorer_args]))
+    try:
+        serve.serve(args.file, explorer_args, args.host, args.port)
+    except OSError as e:
+        return _error(err, f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
     return 0
 
 
@@ -660,7 +686,7 @@ def _subject(argv: list[str], *options: str) -> str:
     for option in options:
         if option in argv[:-1]:
             return argv[argv.index(option) + 1]
-    files = [a for a in argv if not a.startswith("-") and a not in ("check", "export", "serialize", "extract")]
+    files = [a for a in argv if not a.startswith("-") and a not in ("check", "export", "serialize", "extract", "serve")]
     return files[0] if files else "zyx-explore"
 
 
@@ -726,6 +752,8 @@ def _run(argv: list[str], err: Console) -> int:
             return _serialize(_serialize_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         if argv[:1] == ["import"]:
             return _import(_import_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
+        if argv[:1] == ["serve"]:
+            return _serve(argv[1:], err)
         if argv[:1] == ["extract"]:
             return _extract(_extract_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
         return _explore(_main_parser().parse_args(argv))

@@ -8,7 +8,6 @@ no longer changes and is shown as it is.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
@@ -24,6 +23,7 @@ from engine.kernel.kernelize import Candidate, Kernelization
 from engine.locate import Located, locate, tensors_of
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
+from engine.timeline import Timeline, timeline
 from engine.tuning import FAILED, OK, WRONG, TuneResult
 from engine.units import nbytes as bytes_text  # the explorer's names for engine.units (panes import them from here)
 from engine.units import plural, short_devices
@@ -55,6 +55,8 @@ class Session:
     pins: dict[ClassId, PinTarget] = field(default_factory=dict)
     whatif: Compilation | None = None
     """The compilation re-extracted under ``pins`` (None when nothing is pinned)."""
+    whatif_run: pipeline.WhatIfRun | None = None
+    """The measured run of ``whatif`` beside the real plan (None until one is asked for)."""
     failed: str | None = None
     _iterations: dict[int, EGraph] = field(default_factory=dict)
     _class_rows: dict[tuple[int, int], tuple[EGraph, Extraction | None, list[Row]]] = field(default_factory=dict)
@@ -113,6 +115,16 @@ class Session:
     def plan(self, stage: str) -> ExecPlan | None:
         c = self.current()
         return c.plan if c is not None and reached(stage, PLAN) else None
+
+    def timelines(self, stage: str) -> list[tuple[str, Timeline]]:
+        """The plan's timeline as of ``stage`` (measured once executed) and, under pins, the what-if plan's
+        (measured once ``r`` ran it)."""
+        out = []
+        for title, c in (("plan", self.compilation), ("what-if plan (pinned)", self.whatif)):
+            if c is not None and c.plan is not None and reached(stage, PLAN):
+                ran = c.execution if reached(stage, "executed") else None
+                out.append((title, timeline(c.plan, ran, c.devices)))
+        return out
 
     def kernel_times(self, stage: str) -> Mapping[KernelNode, float]:
         """Seconds of each kernel node: nominal estimates at ``kernelized``, tuned or predicted from ``tuned`` on."""
@@ -179,16 +191,24 @@ class Session:
         """Pin class ``cid`` to a form (node id) or a device (name) and re-extract; returns predicted (before, after)."""
         before = self._predicted()
         pins = {**self.pins, cid: target}
-        self.whatif = reextract(self._base(), pins)
+        self.whatif, self.whatif_run = reextract(self._base(), pins), None
         self.pins = pins
         return before, self._predicted()
 
     def unpin(self, cid: ClassId) -> tuple[float, float]:
         before = self._predicted()
         pins = {k: v for k, v in self.pins.items() if k != cid}
-        self.whatif = reextract(self._base(), pins) if pins else None
+        self.whatif, self.whatif_run = reextract(self._base(), pins) if pins else None, None
         self.pins = pins
         return before, self._predicted()
+
+    def ran(self, whatif: Compilation, run: pipeline.WhatIfRun) -> bool:
+        """Keep ``run`` as the measurement of ``whatif``: False (dropped) when the pins changed meanwhile."""
+        if whatif is not self.whatif:
+            return False
+        self.whatif_run = run
+        whatif.execution, whatif.verification, whatif.stage = run.execution, run.verification, "executed"
+        return True
 
     def _base(self) -> Compilation:
         c = self.compilation
@@ -206,6 +226,19 @@ class Session:
         return c.plan.predicted if c is not None and c.plan is not None else math.nan
 
 
+def what_if_text(run: pipeline.WhatIfRun) -> str:
+    """A measured what-if beside its prediction, each marked: ``measured 1.20 ms -> 1.50 ms (+300 µs, fastest of
+    3 runs each; runs spread 20 µs); predicted ... (+250 µs); verification ok``; a measured delta within the
+    spread of the runs is said to be noise."""
+    (pb, pw), (mb, mw) = run.predicted, run.measured
+    check = "ok" if run.verification.ok else "FAILED: an output differs from the reference"
+    noise = ": within it, no measurable difference" if abs(run.measured_delta) <= run.spread else ""
+    return (f"measured {seconds_text(mb)} -> {seconds_text(mw)} ({seconds_text(run.measured_delta, signed=True)}, "
+            f"fastest of {run.repeats} runs each; runs spread {seconds_text(run.spread)}{noise}); "
+            f"predicted {seconds_text(pb)} -> {seconds_text(pw)} ({seconds_text(run.predicted_delta, signed=True)}); "
+            f"verification {check}")
+
+
 PinTarget = NodeId | str
 """A pin: a form (node id) or a device (name)."""
 
@@ -213,16 +246,14 @@ PinTarget = NodeId | str
 def reextract(c: Compilation, pins: Mapping[ClassId, PinTarget]) -> Compilation:
     """A copy of ``c`` re-extracted under ``pins`` (the real compilation is untouched)."""
     assert c.egraph is not None and c.kernelization is not None
-    copy = dataclasses.replace(c, extraction=None, plan=None, execution=None, verification=None)
     chosen = Pins()
     try:
         for cid, target in pins.items():
             chosen = (chosen.device(c.egraph, cid, target) if isinstance(target, str)
                       else chosen.node(c.egraph, target, c.kernelization))
-        pipeline.extract(copy, chosen)
+        return pipeline.what_if(c, chosen)
     except ExtractionError as e:
         raise PinError(str(e)) from None
-    return copy
 
 
 def chosen_by_class(extraction: Extraction | None) -> dict[ClassId, Choice]:

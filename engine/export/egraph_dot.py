@@ -20,6 +20,8 @@ class Selection:
     forms: dict[ClassId, list[NodeId]]
     collapse: bool
     notes: list[str]
+    hidden: dict[ClassId, int]
+    """Forms not drawn, per class drawn (plan-only): its label says how many, so that no cut is silent."""
 
 
 def select(eg: EGraph, chosen: StageForms, options: view.ExportOptions) -> Selection:
@@ -40,18 +42,20 @@ def select(eg: EGraph, chosen: StageForms, options: view.ExportOptions) -> Selec
     drawn = sum(map(len, forms.values()))
     if drawn > options.max_nodes and not (plan_only and collapse):
         plan_only = collapse = True
-        notes.append(f"cut: {drawn} e-nodes is over the limit of {options.max_nodes}: "
-                     "chosen forms only, one-form classes collapsed")
+        notes.append(f"cut: {drawn} e-nodes is over the limit of {options.max_nodes} (--max-nodes): "
+                     "chosen forms only, one-form classes collapsed; --neighbourhood cN shows every form near cN")
+    hidden: dict[ClassId, int] = {}
     if plan_only:
         roots = [c for c in eg.output_classes().values() if c in forms]
         children = {c: [ch for ch in eg.node(chosen.forms[c]).children if ch in forms] for c in forms}
         keep = reachable(roots, children)
-        hidden = sum(len(f) - 1 for c, f in forms.items() if c in keep)
+        hidden = {c: len(f) - 1 for c, f in forms.items() if c in keep and len(f) > 1}
         forms = {c: [chosen.forms[c]] for c in forms if c in keep}
-        notes.append(f"cut: chosen forms only (plan-only): {len(forms)} classes, {hidden} other forms hidden")
+        notes.append(f"cut: chosen forms only (plan-only): {len(forms)} classes, {sum(hidden.values())} other forms "
+                     "hidden (a class's label says how many: +N forms)")
     if collapse:
         notes.append("classes with one form are drawn as one node (collapsed)")
-    return Selection(forms, collapse, notes)
+    return Selection(forms, collapse, notes, hidden)
 
 
 def node_label(eg: EGraph, n: NodeId) -> str:
@@ -77,7 +81,8 @@ def draw(eg: EGraph, chosen: StageForms, options: view.ExportOptions, name: str,
     view.limit_layout(g, drawn)
     clusters = {c for c, f in sel.forms.items() if not (sel.collapse and len(f) == 1)}
     for cls_id in sorted(sel.forms):
-        _draw_class(g, eg, cls_id, sel.forms[cls_id], chosen, cls_id in clusters, outputs.get(cls_id, []))
+        _draw_class(g, eg, cls_id, sel.forms[cls_id], chosen, cls_id in clusters, outputs.get(cls_id, []),
+                    sel.hidden.get(cls_id, 0))
     stubs: set[ClassId] = set()
     for cls_id in sorted(sel.forms):
         for n in sel.forms[cls_id]:
@@ -88,9 +93,10 @@ def draw(eg: EGraph, chosen: StageForms, options: view.ExportOptions, name: str,
 
 
 def _draw_class(g: graphviz.Digraph, eg: EGraph, cls_id: ClassId, forms: list[NodeId], chosen: StageForms,
-                cluster: bool, outputs: list[str]) -> None:
+                cluster: bool, outputs: list[str], hidden: int) -> None:
     cls = eg.eclass(cls_id)
-    head = f"c{cls_id} {units.shape(cls.shape)} {cls.dtype}" + (f"  ⇐ {', '.join(outputs)}" if outputs else "")
+    head = (f"c{cls_id} {units.shape(cls.shape)} {cls.dtype}" + (f"  ⇐ {', '.join(outputs)}" if outputs else "")
+            + (f"  +{units.plural(hidden, 'form')}" if hidden else ""))
     in_plan = cls_id in chosen.in_plan
     line = view.CHOSEN_LINE if in_plan else "#999999"
     target = g.subgraph(name=f"cluster_c{cls_id}") if cluster else None

@@ -7,12 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine import units
 from engine.export.dot import stage_graph, stage_names
 from engine.export.render import FORMATS, RenderError, dot_binary, render
 from engine.export.report import write_report
+from engine.export.timeline_svg import timeline_svg
 from engine.export.view import DEFAULT_OPTIONS, ExportOptions
 from engine.fileio import write_atomic
 from engine.pipeline import Compilation
+from engine.timeline import timeline
 
 
 @dataclass
@@ -68,5 +71,16 @@ def export_all(compilation: Compilation, stages: Sequence[str] | None, out_dir: 
         paths = export_stage(compilation, stage, out_dir, fmt, options, result=result)
         if paths:
             files[stage] = [p.name for p in paths]
+    if compilation.plan is not None and (stages is None or {"plan", "executed"} & set(stages)):  # no Graphviz
+        files["timeline"] = [_write_timeline(compilation, out_dir).name]
+        result.paths.append(out_dir / files["timeline"][0])
     result.paths += write_report(compilation, out_dir, files, result.notes, source)
     return result
+
+
+def _write_timeline(c: Compilation, out_dir: Path) -> Path:
+    """``timeline.svg``: the plan's launches and copies per device (measured when it ran), memory per pool."""
+    assert c.plan is not None
+    t = timeline(c.plan, c.execution, c.devices)
+    short = units.short_devices(d.name for d in c.devices)
+    return write_atomic(out_dir / "timeline.svg", timeline_svg(t, "plan", short))

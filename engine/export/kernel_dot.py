@@ -62,6 +62,10 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str) -> 
         notes.append(f"cut: over {options.max_nodes} nodes: each kernel drawn as one node")
     elif collapse:
         notes.append("each kernel drawn as one node (collapsed)")
+    nominal = name == "kernelized"
+    marked, mark = (_cheapest(c), "<") if nominal else (planned, "✓")
+    notes.append("< the cheapest device by nominal estimate, this stage's numbers (filled: the kernels the plan "
+                 "launches, chosen later on tuned times)" if nominal else "✓ the device the plan runs the kernel on")
     drawn = _count(keep, regions, collapse)
     head = f"{title}: {len(keep)} of {len(kz.candidates)} kernel candidates, {len(planned)} in the plan"
     g = view.graph(name, head, notes, compound="true", newrank="true")
@@ -70,12 +74,21 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str) -> 
     _draw_stored(g, c, keep)
     for i, k in enumerate(keep):
         cand = kz.candidates[k]
-        _draw_kernel(g, c, i, cand, regions[k], times.get(k, {}), planned.get(k), collapse)
+        _draw_kernel(g, c, i, cand, regions[k], times.get(k, {}), k in planned, f"{mark} ", marked.get(k), collapse)
         edge = {"color": view.CHOSEN_LINE, "penwidth": "2"} if k in planned else {"color": "#777777"}
         if not collapse:
             edge["lhead"] = f"cluster_k{i}"
         g.edge(f"v{cand.output}", f"k{i}", **edge)
     return g
+
+
+def _cheapest(c: Compilation) -> dict[str, str]:
+    """Candidate id -> the device of its lowest nominal estimate."""
+    best: dict[str, tuple[float, str]] = {}
+    for kn, t in c.estimates.items():
+        if kn.candidate not in best or t < best[kn.candidate][0]:
+            best[kn.candidate] = (t, kn.device)
+    return {k: d for k, (_, d) in best.items()}
 
 
 def _classes(r: Region) -> set[ClassId]:
@@ -112,18 +125,19 @@ def _draw_stored(g: graphviz.Digraph, c: Compilation, keep: list[str]) -> None:
 
 
 def _draw_kernel(g: graphviz.Digraph, c: Compilation, i: int, cand: Candidate, r: Region,
-                 times: dict[str, str], device: str | None, collapse: bool) -> None:
+                 times: dict[str, str], in_plan: bool, mark: str, marked: str | None, collapse: bool) -> None:
+    """Kernel ``cand`` with a row per device, ``mark`` before ``marked``'s; ``in_plan``: the plan launches it."""
     eg = c.egraph
     assert eg is not None
     library = [d for d in times if d in view.LIBRARY_DEVICES]
     short = units.short_devices(d.name for d in c.devices)
-    rows = [f"{'✓ ' if d == device else ''}{short.get(d, d)}: {t}" for d, t in sorted(times.items())]
+    rows = [f"{mark if d == marked else ''}{short.get(d, d)}: {t}" for d, t in sorted(times.items())]
     label = "\\n".join([f"{cand.kernel.name} → c{cand.output}", *rows] + ([f"{units.plural(len(r.forms), 'op')} fused"] if collapse
                                                                              else []))
-    fill = view.CHOSEN_FILL if device else (view.LIBRARY_FILL if library else "#ffffff")
+    fill = view.CHOSEN_FILL if in_plan else (view.LIBRARY_FILL if library else "#ffffff")
     head = {"shape": "box3d", "style": "filled", "fillcolor": fill, "color": view.LIBRARY_LINE if library else "black",
             "kernel": cand.id}
-    if device:
+    if in_plan:
         head["chosen"] = "true"
     if library:
         head["library"] = ",".join(library)
@@ -137,8 +151,8 @@ def _draw_kernel(g: graphviz.Digraph, c: Compilation, i: int, cand: Candidate, r
         lib = f"  library: {', '.join(library)}" if library else ""
         sub.attr(label=f"kernel {cand.kernel.name}{lib}", style="filled,rounded" if library else "rounded",
                  fillcolor=view.LIBRARY_FILL if library else "white",
-                 color=view.CHOSEN_LINE if device else (view.LIBRARY_LINE if library else "#999999"),
-                 penwidth="2" if device else "1", fontsize="10")
+                 color=view.CHOSEN_LINE if in_plan else (view.LIBRARY_LINE if library else "#999999"),
+                 penwidth="2" if in_plan else "1", fontsize="10")
         sub.node(f"k{i}", label, **head)
         for cls_id, n in r.forms.items():
             sub.node(f"k{i}_c{cls_id}", f"c{cls_id} {node_label(eg, n)}", shape="box", style="rounded,filled",

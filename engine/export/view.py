@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 import graphviz
 
-MAX_NODES = 400
-"""Above this many drawn nodes a graph is collapsed, then cut to the chosen plan (and says so)."""
+MAX_NODES = 150
+"""Above this many drawn nodes a graph is collapsed, then cut to the chosen plan (and says so): a saturated
+e-graph lays its classes out side by side, so that its picture grows wider than a screen can show long before
+``dot`` gets slow (sizes in benchmarks/RESULTS.md); ``--max-nodes`` raises it."""
 FAST_LAYOUT_NODES = 150
 """Above this many drawn nodes the DOT carries Graphviz's speed limits (``FAST_LAYOUT``)."""
 FAST_LAYOUT = {"mclimit": "0.1", "nslimit": "1", "nslimit1": "1"}

@@ -295,7 +295,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     tiny, large = micro_kernels()[0].key, micro_kernels()[1].key
     kernels = {k: [DEFAULT_VARIANT] if k.key == tiny else family_variants(k, device)
                for k in micro_kernels() if device.supports(k)}
-    probes = [_elementwise(OP_PROBE, op) for op in ("add", *OP_PROBES)]
+    probes = op_probes()
     batch = getattr(device, "compile_many", None)
     if batch is not None:  # one build of every micro-benchmark
         batch([(k, v) for k, variants in kernels.items() for v in variants]
@@ -327,6 +327,11 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
             c.ops[op] = 0.0
             with contextlib.suppress(Exception):  # an op the device cannot run costs nothing extra
                 c.ops[op] = _op_cost(device, kernel, FRESH_PAIRS)
+
+
+def op_probes() -> list[Kernel]:
+    """The op-cost micro-benchmarks: an add, then one kernel per transcendental op, all of ``OP_PROBE`` elements."""
+    return [_elementwise(OP_PROBE, op) for op in ("add", *OP_PROBES)]
 
 
 OP_PROBE = 1 << 18

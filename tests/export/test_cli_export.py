@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -24,7 +25,7 @@ def host_devices(monkeypatch):
 def test_export_writes_one_file_per_stage_and_the_reports(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["export", SAMPLE, "--stage", "all", "--format", "svg", "-o", str(out)]) == 0
-    assert {p.name for p in out.glob("*.svg")} == {f"{s}.svg" for s in pipeline.STAGES}
+    assert {p.name for p in out.glob("*.svg")} == {f"{s}.svg" for s in pipeline.STAGES} | {"timeline.svg"}
     assert (out / "report.html").is_file() and (out / "report.md").is_file()
 
 
@@ -81,3 +82,14 @@ def test_bad_file_exits_2_with_a_located_message(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"{bad}: nodes[0].args[0]: unknown tensor 'x'" in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_max_nodes_draws_a_big_egraph_whole(tmp_path, host_devices):
+    attention = str(sample_graphs.path("attention.small"))
+    args = ["export", attention, "--stage", "saturated", "--format", "dot", "--no-tune"]
+    assert main([*args, "-o", str(tmp_path / "cut")]) == 0
+    assert main([*args, "--max-nodes", "1000", "-o", str(tmp_path / "whole")]) == 0
+    cut, whole = ((tmp_path / d / "saturated.dot").read_text() for d in ("cut", "whole"))
+    assert "over the limit of 150 (--max-nodes)" in cut
+    assert int(re.search(r"(\d+) of 305 e-nodes shown", cut).group(1)) <= 150
+    assert "305 of 305 e-nodes shown" in whole and "cut:" not in whole

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+import json
 import re
+import subprocess
 
 import graphviz
 import pytest
@@ -16,6 +19,9 @@ from engine.pipeline import Options, compile_program
 from engine.plan import Copy, Launch
 from tests.export.dotparse import parse
 from tests.export.helpers import SAMPLES, compiled, render_svg
+
+WHOLE = ExportOptions(max_nodes=1000)
+"""Every class and kernel drawn, however big (the structure tests check the whole graph)."""
 
 
 def _stage_egraph(c, stage):
@@ -48,7 +54,7 @@ def test_program_has_a_node_per_input_and_op():
 def test_egraph_is_one_cluster_per_class_with_edges_to_child_clusters(name, stage):
     c = compiled(name)
     eg = _stage_egraph(c, stage)
-    dot = parse(stage_graph(c, stage).graph.source)
+    dot = parse(stage_graph(c, stage, WHOLE).graph.source)
     assert set(dot.clusters) == {f"cluster_c{cls.id}" for cls in eg.classes()}
     assert dot.graph["compound"] == "true"
     edges = {(a, e.get("lhead")) for a, _, e in dot.edges}
@@ -67,7 +73,7 @@ def test_the_chosen_form_of_each_class_is_highlighted(name):
     c = compiled(name)
     eg = _stage_egraph(c, "saturated")
     chosen = stage_forms(c, eg)
-    dot = parse(stage_graph(c, "saturated").graph.source)
+    dot = parse(stage_graph(c, "saturated", WHOLE).graph.source)
     highlighted = {int(n[1:]) for n, a in dot.nodes.items() if a.get("chosen") == "true"}
     assert highlighted == set(chosen.forms.values())
     assert len(highlighted) == eg.num_classes  # exactly one per class
@@ -82,7 +88,7 @@ def test_the_chosen_form_of_each_class_is_highlighted(name):
 def test_kernelized_groups_the_classes_each_kernel_fuses(name):
     c = compiled(name)
     kz = c.kernelization
-    dot = parse(stage_graph(c, "kernelized").graph.source)
+    dot = parse(stage_graph(c, "kernelized", WHOLE).graph.source)
     assert len([k for k in dot.clusters if k.startswith("cluster_k")]) == len(kz.candidates)
     heads = {a["kernel"]: n for n, a in dot.nodes.items() if "kernel" in a}
     assert set(heads) == set(kz.candidates)
@@ -100,14 +106,14 @@ def test_kernelized_groups_the_classes_each_kernel_fuses(name):
 @pytest.mark.parametrize("name", ["mlp.small", "attention.small"])
 def test_tuned_marks_measured_and_predicted_times_and_kernelized_shows_estimates(name):
     c = compiled(name)
-    tuned = parse(stage_graph(c, "tuned").graph.source)
+    tuned = parse(stage_graph(c, "tuned", WHOLE).graph.source)
     labels = {a["kernel"]: a["label"] for a in tuned.nodes.values() if "kernel" in a}
     assert c.tuning
     short = units.short_devices(d.name for d in c.devices)
     for kn, t in c.kernel_times.items():
         mark = "measured" if kn in c.tuning else "predicted"  # candidates no plan took stay untimed
         assert f"{short[kn.device]}: {units.seconds(t)} {mark}" in labels[kn.candidate]
-    kernelized = parse(stage_graph(c, "kernelized").graph.source)
+    kernelized = parse(stage_graph(c, "kernelized", WHOLE).graph.source)
     assert not any("measured" in a.get("label", "") for a in kernelized.nodes.values())
     kn, estimate = next(iter(c.estimates.items()))
     head = next(a for a in kernelized.nodes.values() if a.get("kernel") == kn.candidate)
@@ -175,7 +181,7 @@ def test_plan_only_and_collapse():
     assert all(len(ns) == 1 for ns in dot.clusters.values())
     assert "plan-only" in dot.graph["label"]
     one_form = {cls.id for cls in eg.classes() if len(cls.nodes) == 1}
-    dot = parse(stage_graph(c, "saturated", ExportOptions(collapse=True)).graph.source)
+    dot = parse(stage_graph(c, "saturated", ExportOptions(collapse=True, max_nodes=1000)).graph.source)
     assert set(dot.clusters) == {f"cluster_c{cls.id}" for cls in eg.classes()} - {f"cluster_c{x}" for x in one_form}
     dot = parse(stage_graph(c, "kernelized", ExportOptions(collapse=True)).graph.source)
     assert not dot.clusters
@@ -186,12 +192,70 @@ def test_big_graphs_are_cut_with_a_note_and_layout_limits():
     dot = parse(stage_graph(c, "saturated", ExportOptions(max_nodes=50)).graph.source)
     assert re.search(r"cut: \d+ e-nodes is over the limit of 50", dot.graph["label"])
     assert all(len(ns) == 1 for ns in dot.clusters.values())
-    big = parse(stage_graph(c, "saturated").graph.source)
+    big = parse(stage_graph(c, "saturated", WHOLE).graph.source)
     assert len(big.nodes) > view.FAST_LAYOUT_NODES and big.graph["mclimit"] == "0.1"
     small = parse(stage_graph(compiled("transpose_fusion.small"), "saturated").graph.source)
     assert "mclimit" not in small.graph
     dot = parse(stage_graph(c, "kernelized", ExportOptions(max_nodes=10)).graph.source)
     assert "cut: over 10 nodes" in dot.graph["label"]
+
+
+def _layout(source: str) -> tuple[float, float, list[tuple[str, tuple[float, ...]]]]:
+    """Graphviz's layout of ``source``: the picture's width and height (pt), each cluster's box."""
+    done = subprocess.run(["dot", "-Tjson"], input=source.encode(), capture_output=True, check=True, timeout=60)
+    laid = json.loads(done.stdout)
+    boxes = [(o["name"], tuple(map(float, o["bb"].split(",")))) for o in laid.get("objects", [])
+             if o["name"].startswith("cluster") and "bb" in o]
+    _, _, width, height = map(float, laid["bb"].split(","))
+    return width, height, boxes
+
+
+def _overlapping(boxes) -> list[tuple[str, str]]:
+    return [(a, b) for (a, (ax0, ay0, ax1, ay1)), (b, (bx0, by0, bx1, by1)) in itertools.combinations(boxes, 2)
+            if min(ax1, bx1) - max(ax0, bx0) > 0.5 and min(ay1, by1) - max(ay0, by0) > 0.5]
+
+
+def test_attention_saturated_by_default_is_a_readable_picture_that_says_what_it_cut():
+    c = compiled("attention.small")
+    eg = _stage_egraph(c, "saturated")
+    source = stage_graph(c, "saturated").graph.source
+    dot = parse(source)
+    label = dot.graph["label"]
+    assert re.search(rf"cut: {eg.num_nodes} e-nodes is over the limit of {view.MAX_NODES}", label)
+    hidden = int(re.search(r"(\d+) other forms hidden", label).group(1))
+    shown = [n for n in dot.nodes.values() if n.get("chosen") == "true"]
+    assert f"{len(shown)} of {eg.num_classes} e-classes, {len(shown)} of {eg.num_nodes} e-nodes shown" in label
+    others = {n: len(eg.eclass(eg.find(int(n[1:]))).nodes) - 1 for n, a in dot.nodes.items() if a.get("chosen")}
+    assert hidden == sum(others.values()) > 0  # every other form of a class drawn is counted...
+    marks = [int(m) for n in shown for m in re.findall(r"\+(\d+) forms?", n["label"])]
+    assert sum(marks) == hidden  # ...and its class says so
+    width, height, boxes = _layout(source)
+    assert width * height < 0.1 * 10_000 * 2_800  # the whole e-graph's picture is 10,000 x 2,800 pt
+    assert not _overlapping(boxes)
+
+
+@pytest.mark.parametrize("name", ["transpose_fusion.small", "mlp.small"])
+def test_whole_egraph_clusters_never_overlap(name):
+    c = compiled(name)
+    _, _, boxes = _layout(stage_graph(c, "saturated").graph.source)
+    assert len(boxes) == _stage_egraph(c, "saturated").num_classes  # drawn whole, a box per class
+    assert not _overlapping(boxes)
+
+
+def test_kernelized_marks_its_own_cheapest_estimate_and_tuned_the_plans_device():
+    c = compiled("attention.small")
+    short = units.short_devices(d.name for d in c.devices)
+    for stage, mark in (("kernelized", "<"), ("tuned", "✓")):
+        dot = parse(stage_graph(c, stage, ExportOptions(plan_only=True)).graph.source)
+        heads = [n for n in dot.nodes.values() if n.get("kernel")]
+        assert heads and all(n["label"].count(f"{mark} ") == 1 for n in heads)
+        assert all(("✓" in n["label"]) == (stage == "tuned") for n in heads)
+        for n in heads:
+            cand = n["kernel"]
+            times = c.estimates if stage == "kernelized" else None
+            device = (min((kn for kn in times if kn.candidate == cand), key=times.get).device if times
+                      else planned_kernels(c)[cand])
+            assert f"{mark} {short[device]}: " in n["label"]
 
 
 def test_a_stage_missing_from_the_compilation_is_skipped_with_a_note(monkeypatch):

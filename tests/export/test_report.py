@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.export import ExportOptions, export_all, export_stage
-from engine.plan import Launch
+from engine.plan import Copy, Launch
 from tests.export.helpers import compiled
 
 
@@ -24,8 +24,19 @@ def test_without_dot_the_dot_file_is_still_written(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     c = compiled("mlp.small")
     result = export_all(c, ["program", "plan"], tmp_path / "out", "svg")
-    assert sorted(p.name for p in result.paths) == ["plan.dot", "program.dot", "report.html", "report.md"]
+    assert sorted(p.name for p in result.paths) == ["plan.dot", "program.dot", "report.html", "report.md",
+                                                    "timeline.svg"]  # drawn without Graphviz
     assert len(result.notes) == 1 and "`dot` not found" in result.notes[0] and "\n" not in result.notes[0]
+
+
+def test_the_report_shows_the_timeline_of_the_run(tmp_path):
+    c = compiled("attention.small")
+    export_all(c, ["plan"], tmp_path, "dot")
+    svg = (tmp_path / "timeline.svg").read_text()
+    assert svg.count("<title>step ") == len([s for s in c.plan.steps if isinstance(s, Launch | Copy)])
+    assert "(measured)" in svg and "measured step times of the run" in svg
+    assert "![timeline](timeline.svg)" in (tmp_path / "report.md").read_text()
+    assert "<figure id='timeline'>" in (tmp_path / "report.html").read_text()
 
 
 def test_report_has_the_plan_costs_rewrites_and_verification(tmp_path):

@@ -15,7 +15,7 @@ from engine.kernel.attach import KernelNode
 from engine.pipeline import STAGES, Options, compile_stages
 from engine.program.dtypes import DType
 from engine.tuning import FAILED, OK, WRONG, Trial, TuneResult
-from engine.tuning.calibrate import micro_kernels
+from engine.tuning.calibrate import micro_kernels, op_probes
 from tests.ui.conftest import compiled, plain
 from zyx_explorer import app as app_module
 from zyx_explorer import model
@@ -473,7 +473,7 @@ class GatedDevice(NumpyDevice):
         self.open = False
 
     def compile(self, kernel, variant=DEFAULT_VARIANT):
-        if not self.open and kernel.key not in {k.key for k in micro_kernels()}:
+        if not self.open and kernel.key not in {k.key for k in (*micro_kernels(), *op_probes())}:
             self.waiting.release()
             self.permits.acquire(timeout=30)
         return super().compile(kernel, variant)

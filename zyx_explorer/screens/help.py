@@ -28,6 +28,9 @@ PANES = (
                "OpenCL C, the native C kernel, the BLAS call or the numpy program"),
     ("Rewrites", "the rewrite log; / filters by rule, enter jumps to the merged class"),
     ("Results", "headline numbers, problems worked around, outputs, their statistics, and the verification"),
+    ("Timeline (t)", "the plan's launches and copies as bars to scale, a lane per device (measured once it ran, else "
+                     "predicted), the bytes each pool holds over the same time, the longest steps; after a pin, the "
+                     "what-if plan below on the same scale (measured once r ran it)"),
 )
 
 
