@@ -132,8 +132,9 @@ def _draw_kernel(g: graphviz.Digraph, c: Compilation, i: int, cand: Candidate, r
     library = [d for d in times if d in view.LIBRARY_DEVICES]
     short = units.short_devices(d.name for d in c.devices)
     rows = [f"{mark if d == marked else ''}{short.get(d, d)}: {t}" for d, t in sorted(times.items())]
-    label = "\\n".join([f"{cand.kernel.name} → c{cand.output}", *rows] + ([f"{units.plural(len(r.forms), 'op')} fused"] if collapse
-                                                                             else []))
+    assert c.kernelization is not None
+    fused = [f"{units.plural(len(r.forms), 'op')} fused"] if collapse else []
+    label = "\\n".join([f"{c.kernelization.name(cand.id)} → c{cand.output}", *rows, *fused])
     fill = view.CHOSEN_FILL if in_plan else (view.LIBRARY_FILL if library else "#ffffff")
     head = {"shape": "box3d", "style": "filled", "fillcolor": fill, "color": view.LIBRARY_LINE if library else "black",
             "kernel": cand.id}

@@ -66,10 +66,10 @@ def kernel_costs(c: Compilation) -> Table:
     rows = []
     for cand_id, cand in c.kernelization.candidates.items():
         t = times.get(cand_id, {})
-        rows.append((cand.kernel.name, f"c{cand.output}", *(t.get(d, "—") for d in devices),
-                     short[planned[cand_id]] if cand_id in planned else ""))
+        rows.append((c.kernelization.name(cand_id), cand.kernel.name, f"c{cand.output}",
+                     *(t.get(d, "—") for d in devices), short[planned[cand_id]] if cand_id in planned else ""))
     legend = units.device_legend(short)
-    return Table("Kernel cost per device", ("kernel", "computes", *(short[d] for d in devices), "plan runs it on"),
+    return Table("Kernel cost per device", ("kernel", "id", "computes", *(short[d] for d in devices), "plan runs it on"),
                  rows, f"{units.plural(len(rows), 'candidate')}; costs are the times extraction used: measured (with the tuned variant) "
                  "for the kernels tuned, the cost model's prediction for the rest" + (f"; devices: {legend}" if legend else ""))
 
@@ -82,7 +82,7 @@ def plan_table(c: Compilation) -> Table:
     rows = []
     for i, s in enumerate(c.plan.steps, 1):
         if isinstance(s, Launch):
-            what, where, size = s.kernel.name, s.device, sum(b.nbytes for b in s.kernel.inputs)
+            what, where, size = s.name or s.kernel.name, s.device, sum(b.nbytes for b in s.kernel.inputs)
         elif isinstance(s, Copy):
             what, size = f"c{s.source[0]}", s.buffer.nbytes
             where = f"{short.get(s.source[1], s.source[1])} → {short.get(s.target[1], s.target[1])}"

@@ -99,6 +99,7 @@ def test_kernelized_groups_the_classes_each_kernel_fuses(name):
         fused = {n.rsplit("_c", 1)[1] for n in dot.clusters[cluster] if n != head}
         assert fused == {str(x) for x in region(kz, kz.candidates[cand_id]).forms}
         assert (dot.nodes[head].get("chosen") == "true") == (cand_id in planned)
+        assert dot.nodes[head]["label"].startswith(f"{kz.name(cand_id)} → ")  # the readable name; the hash labels the box
         assert ("library" in dot.nodes[head]) == (cand_id in library)
     assert library or name != "mlp.small"  # the MLP's matmuls are library (BLAS) kernels
 
@@ -128,6 +129,8 @@ def _check_plan(c, stage="plan"):
     kinds = {f"step{i}": type(s).__name__.lower() for i, s in enumerate(plan.steps, 1)}
     drawn = {a["id"]: a["step"] for a in [*dot.nodes.values(), *(e for _, _, e in dot.edges)] if "id" in a}
     assert drawn == {i: kinds[i] for i in expected}
+    launches = {f"s{i}": s for i, s in enumerate(plan.steps, 1) if isinstance(s, Launch)}
+    assert all(dot.nodes[n]["label"].startswith(f"#{n[1:]} launch {s.name}\\n") and s.name for n, s in launches.items())
     assert units.seconds(plan.predicted) in dot.graph["label"]
     return dot
 

@@ -49,7 +49,8 @@ def test_report_has_the_plan_costs_rewrites_and_verification(tmp_path):
                  (["allocate"], ["copy"], ["launch"], ["free"])]
     assert len(plan_rows) == len(c.plan.steps)
     for launch in (s for s in c.plan.steps if isinstance(s, Launch)):
-        assert launch.kernel.name in md and launch.kernel.name in page
+        assert launch.kernel.name in md and launch.kernel.name in page  # the id, in the costs table
+        assert any(row.split(" | ")[2] == launch.name for row in plan_rows)  # the readable name, in the plan
     assert "verification: ok" in md and "verification: ok" in page
     assert all(o.name in md for o in c.verification.outputs)
     assert "## Rewrites" in md and "stop: saturated" in md and "## Kernel cost per device" in md
