@@ -37,7 +37,7 @@ def test_json_for_a_fused_tensor_has_the_explainers_numbers(compiled, capsys):
     where = locate(c.egraph, c.kernelization, c.plan, "t1")
     assert out["class"] == where.value and out["classes"] == list(where.classes) and not out["stored"]
     (kernel,) = out["kernels"]  # t1 is fused into the matmul's kernel: its class decided it
-    step = c.plan.steps[kernel["step"]]
+    step = c.plan.steps[kernel["step"] - 1]  # steps count from 1, as everywhere shown
     assert kernel["name"] == step.name and "t1" in kernel["name"] and kernel["tensors"] == ["t0", "t1", "h"]
     assert out["decided_at"] == step.outputs[0][0]
     why = pipeline.explain(c).why(out["decided_at"])

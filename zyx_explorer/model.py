@@ -334,7 +334,7 @@ def where_text(where: Located, plan: ExecPlan | None) -> str:
         return text + "; no kernel of the plan computes it on its own (an equal form of its users was chosen)"
     kernels = [s.name for s in (plan.steps[i] for i in where.steps) if isinstance(s, Launch)]
     what = f"kernel {', '.join(kernels)}" if kernels else "a program input"
-    return f"{text}; {what} at step {', '.join(map(str, where.steps))}"
+    return f"{text}; {what} at step {', '.join(str(i + 1) for i in where.steps)}"
 
 
 def step_class(step: Allocate | Copy | Launch | Free) -> ClassId:
@@ -364,7 +364,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None, short: Mapping
         took = measured[i] if measured is not None and i < len(measured) and kind in ("Launch", "Copy") else None
         style = {"Launch": "", "Copy": "cyan", "Allocate": "dim", "Free": "dim"}[kind]
         source = (" m" if step.measured else " p") if isinstance(step, Launch) else ""  # measured by the tuner
-        rows.append(Row(i, (str(i), kind, what, short.get(where, where), bytes_text(nbytes), seconds_text(predicted) + source,
+        rows.append(Row(i, (str(i + 1), kind, what, short.get(where, where), bytes_text(nbytes), seconds_text(predicted) + source,
                             seconds_text(took)), style))
     return rows
 

@@ -83,7 +83,7 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
             continue
         cand = kz.candidates[step.candidate]
         kernels.append({
-            "step": i, "name": step.name, "id": step.kernel.name, "candidate": step.candidate, "device": step.device,
+            "step": i + 1, "name": step.name, "id": step.kernel.name, "candidate": step.candidate, "device": step.device,
             "variant": str(step.variant), "predicted_s": step.predicted, "measured": step.measured,
             "tensors": tensors_of(eg, kz, step.candidate),
             "decisions": {**dataclasses.asdict(cand.decisions),
@@ -93,7 +93,7 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
     why = explainer.why(cls)
     decided = cls
     if why is None and kernels:  # fused into a kernel of another class: the costs decided that class's form
-        decided = eg.find(plan.steps[kernels[0]["step"]].outputs[0][0])  # type: ignore[union-attr]
+        decided = eg.find(plan.steps[kernels[0]["step"] - 1].outputs[0][0])  # type: ignore[union-attr]
         why = explainer.why(decided)
     node = next((n for n in c.program.nodes if n.id == target), None) if where is not None else None
     return {

@@ -50,7 +50,7 @@ class TestTensorToKernel:
             assert isinstance(step, Launch) and "t1" in step.name
             assert app._active_tab() == "plan" and app.query_one(PlanTable).current_key == where.steps[0]
             assert app.selected == where.value and app.kernel == step.candidate
-            assert f"kernel {step.name} at step {where.steps[0]}" in notes(app)
+            assert f"kernel {step.name} at step {where.steps[0] + 1}" in notes(app)
 
     async def test_enter_on_an_input_jumps_to_its_allocate(self, app_factory):
         async with jumped(app_factory, "w1") as (app, _):
@@ -65,7 +65,7 @@ class TestTensorToKernel:
             assert "t1" in app.session.tensors_of(app.kernel)
             detail = app.query_one(TensorDetail).summary.plain  # where it went, also in the tensor's detail
             step = app.query_one(PlanTable).current_key
-            assert "compiled: value in c" in detail and f"kernel {app.session.kernel_name(app.kernel)} at step {step}" in detail
+            assert "compiled: value in c" in detail and f"kernel {app.session.kernel_name(app.kernel)} at step {step + 1}" in detail
 
     async def test_t_goes_back_from_a_costs_row_the_source_pane_and_a_kernel_form(self, app_factory):
         async with jumped(app_factory) as (app, pilot):
