@@ -844,7 +844,11 @@ class ExplorerApp(App):
         return self.running and "kernelized" in self.session.done and "tuned" not in self.session.done
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """``c`` (stop tuning) shows in the footer only while tuning."""
+        """``c`` (stop tuning) shows in the footer only while tuning; a screen over the panes (the timeline, help)
+        keeps only the keys that mean something there."""
+        covered = any(isinstance(s, TimelineScreen | HelpScreen) for s in self.screen_stack)
+        if covered and action not in ("quit", "help", "screenshot_svg", "run_what_if"):
+            return False
         return self.tuning_now and not self.tuning_cancelled if action == "cancel_tuning" else True
 
     def action_cancel_tuning(self) -> None:

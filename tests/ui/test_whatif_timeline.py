@@ -97,6 +97,8 @@ class TestTimeline:
             await pilot.press("T")
             await pilot.pause()
             assert isinstance(app.screen, TimelineScreen)
+            assert not app.check_action("sort", ()) and not app.check_action("pin", ())  # the panes' keys are off
+            assert app.check_action("run_what_if", ()) and app.check_action("quit", ())
             text = plain(app.screen.query_one(TimelineView), size[0])
             lines = text.splitlines()
             assert "measured: each step's time in the run" in lines[0]
