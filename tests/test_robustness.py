@@ -98,6 +98,11 @@ def test_the_tui_shows_hostile_names(tmp_path):
                 await pilot.pause(0.2)
             await app.workers.wait_for_complete()
             await pilot.pause(0.5)
+            # where a tensor went, back to the tensors of its kernel, the timeline, a pin's what-if: all name tensors
+            for keys in (["1", "down", "down", "enter"], ["4", "down", "down", "down", "t"], ["T"], ["escape"],
+                         ["3", "d"], ["2", "enter"], ["5"]):
+                await pilot.press(*keys)
+                await pilot.pause(0.2)
         assert app._exception is None
 
     asyncio.run(visit())

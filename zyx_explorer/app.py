@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import ClassVar
 
+from rich.text import Text
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -411,7 +412,7 @@ class ExplorerApp(App):
             text += " (before tuning: default variants, nominal estimates)"
         else:
             text += " (not tuned: the cost model's suggestion)"
-        head.update(text + "   * launched  + tuner's pick   tab: variants, enter: source")
+        head.update(Text(text + "   * launched  + tuner's pick   tab: variants, enter: source"))
 
     def _show_plan(self) -> None:
         plan = self.session.plan(self.viewed)
@@ -485,11 +486,11 @@ class ExplorerApp(App):
         tensor = str(event.key)
         where = self.session.locate(self.viewed, tensor)
         if where is None:
-            self.notify(f"{tensor} is not compiled yet (or no output reads it)", severity="warning")
+            self.notify(f"{tensor} is not compiled yet (or no output reads it)", severity="warning", markup=False)
             return
         self.select_class(where.value)
         plan = self.session.plan(self.viewed)
-        self.notify(f"{tensor}: {model.where_text(where, plan)}", title="Where it went")
+        self.notify(f"{tensor}: {model.where_text(where, plan)}", title="Where it went", markup=False)
         if plan is None or not where.steps:
             self.action_tab("classes")
             return
@@ -525,7 +526,7 @@ class ExplorerApp(App):
                         severity="warning")
             return
         self.notify(f"{self.session.kernel_name(cand_id)} computes {', '.join(tensors)}",  # type: ignore[arg-type]
-                    title="Program tensors")
+                    title="Program tensors", markup=False)
         self.action_tab("program")
         self.query_one(ProgramTable).move_to(tensors[0])
         self._show_tensor(tensors[0])
@@ -766,7 +767,8 @@ class ExplorerApp(App):
         delta = after - before
         sign = "+" if delta >= 0 else "-"
         self.notify(f"{what}: predicted {model.seconds_text(before)} -> {model.seconds_text(after)} "
-                    f"({sign}{model.seconds_text(abs(delta)) if not math.isnan(delta) else '?'})", title="What-if")
+                    f"({sign}{model.seconds_text(abs(delta)) if not math.isnan(delta) else '?'})", title="What-if",
+                    markup=False)
         if self.follow or not model.reached(self.viewed, model.PLAN):
             self.viewed = self.session.done[-1]
         self._keys.clear()
