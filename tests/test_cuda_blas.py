@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import sample_graphs
-from engine import Tensor, from_tensors, load
+from engine import DType, Tensor, from_tensors, load
 from engine.devices import cuda_blas
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.numpy_device import NumpyDevice
@@ -219,3 +219,11 @@ def test_a_small_matmul_is_priced_as_a_whole_wave_of_tiles():
     peak = [2 * k.numel * k.reduce.size / device.flops for k in (small, large)]
     assert device.estimate(small) - device.launch_overhead > 20 * peak[0]  # 4 tiles on 132 multiprocessors
     assert device.estimate(large) - device.launch_overhead < 1.1 * peak[1]
+
+
+def test_a_kernel_the_device_refuses_is_recorded_with_its_reason():
+    x = Tensor.input("x", (8, 8), DType.F64)  # NVRTC's kernels are f32 only; numpy computes it
+    device = _host_cublas()
+    c = compile_program(from_tensors({"y": x.exp()}), [NumpyDevice(), device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok and {s.device for s in c.plan.launches()} == {"numpy"}
+    assert c.attached.refused and all(r == {device.name: "f16 or f64 values"} for r in c.attached.refused.values())

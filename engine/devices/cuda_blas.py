@@ -164,7 +164,11 @@ class CublasDevice:
         return self._plans[kernel.key]
 
     def supports(self, kernel: Kernel) -> bool:
-        return self._matmul(kernel) is not None or cuda.cuda_error(kernel) is None
+        return self.unsupported(kernel) is None
+
+    def unsupported(self, kernel: Kernel) -> str | None:
+        """A matmul-shaped kernel always runs (cuBLAS); any other needs CUDA source (``cuda.cuda_error``)."""
+        return None if self._matmul(kernel) is not None else cuda.cuda_error(kernel)
 
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
         """NVRTC's kernels and epilogues take ``cuda.variant_error``'s variants; a bare cuBLAS call none."""
