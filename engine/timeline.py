@@ -82,7 +82,7 @@ def timeline(plan: ExecPlan, execution: Execution | None, devices: Sequence[Devi
         if isinstance(step, Launch | Copy):
             seconds = execution.step_times[i] if execution is not None else step.predicted
             if isinstance(step, Launch):
-                lane, label = step.device, step.name or step.kernel.name
+                lane, label = step.device, step.name
             else:
                 lane = next((pools[p] for p in (step.source[1], step.target[1]) if p in pools), HOST)
                 label = f"c{step.source[0]} {step.source[1]}→{step.target[1]}"

@@ -76,11 +76,9 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
 
     steps = where.steps if where is not None else tuple(
         i for i, s in enumerate(plan.steps) if isinstance(s, Launch) and cls in computed(eg, kz, s.candidate))
+    launches = [(i, step) for i, step in ((i, plan.steps[i]) for i in steps) if isinstance(step, Launch)]
     kernels = []
-    for i in steps:
-        step = plan.steps[i]
-        if not isinstance(step, Launch):
-            continue
+    for i, step in launches:
         cand = kz.candidates[step.candidate]
         kernels.append({
             "step": i + 1, "name": step.name, "id": step.kernel.name, "candidate": step.candidate, "device": step.device,
@@ -92,8 +90,8 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
     explainer = explain(c)
     why = explainer.why(cls)
     decided = cls
-    if why is None and kernels:  # fused into a kernel of another class: the costs decided that class's form
-        decided = eg.find(plan.steps[kernels[0]["step"] - 1].outputs[0][0])  # type: ignore[union-attr]
+    if why is None and launches:  # fused into a kernel of another class: the costs decided that class's form
+        decided = eg.find(launches[0][1].outputs[0][0])
         why = explainer.why(decided)
     node = next((n for n in c.program.nodes if n.id == target), None) if where is not None else None
     return {

@@ -80,7 +80,7 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str, exe
         if isinstance(s, Launch):
             fill, line = devices.get(s.device, (view.HOST_FILL, view.HOST_LINE))
             library = s.device in view.LIBRARY_DEVICES
-            g.node(f"s{i}", f"#{i} launch {s.name or s.kernel.name}\\non {short.get(s.device, s.device)}\\n{cost}",
+            g.node(f"s{i}", f"#{i} launch {s.name}\\non {short.get(s.device, s.device)}\\n{cost}",
                    shape="box3d", style="filled,bold" if library else "filled", fillcolor=fill, color=line,
                    id=f"step{i}", step="launch")
             for v in s.inputs:
