@@ -237,7 +237,7 @@ class ExplorerApp(App):
         """Called in the worker thread before and after each variant the tuner times."""
         c = self.session.compilation
         kz = c.kernelization if c is not None else None
-        names = {cand.kernel.key: kz.name(k) for k, cand in kz.candidates.items()} if kz is not None else {}
+        names = kz.names_by_key() if kz is not None else {}
         self.post_message(TuneProgress(f"tuning {progress_text(p, names, self.session.short())}  (c stops)"))
 
     @on(TuneProgress)

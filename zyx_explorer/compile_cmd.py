@@ -57,8 +57,7 @@ def run(program: Program, args: argparse.Namespace, devices: list, options: Any,
 
         for c in compile_stages(program, devices, options, progress=tuning):
             if c.kernelization is not None and not names:
-                kz = c.kernelization
-                names.update({cand.kernel.key: kz.name(k) for k, cand in kz.candidates.items()})
+                names.update(c.kernelization.names_by_key())
             bar.update(task, description=f"{c.stage} done")
     out = summary(c)
     if args.json:

@@ -85,6 +85,10 @@ class Kernelization:
     def name(self, cand_id: str) -> str:
         return self.names.get(cand_id, cand_id.split("@")[0])
 
+    def names_by_key(self) -> dict[str, str]:
+        """The readable names by kernel key: how the tuner's progress reports name a kernel."""
+        return {cand.kernel.key: self.name(k) for k, cand in self.candidates.items()}
+
     def rivals(self, cand_id: str) -> list[str]:
         """The other candidates of the class ``cand_id`` computes (what it competes with in extraction)."""
         return [k for k in self.by_class.get(self.candidates[cand_id].output, []) if k != cand_id]
