@@ -45,8 +45,9 @@ def test_json_for_a_fused_tensor_has_the_explainers_numbers(compiled, capsys):
     assert [t["seconds"] for t in out["chosen"]] == [t.seconds for t in why.chosen]
     assert [r["dag_cost"] for r in out["rivals"]] == [r.dag_cost for r in why.rivals[:len(out["rivals"])]]
     chosen = next(t for t in out["chosen"] if t["kernel"])
-    assert chosen["seconds"] == c.kernel_times[next(kn for kn in c.kernel_times if kn.candidate == chosen["kernel"]
-                                                    and kn.device == chosen["device"])]
+    # the extractor's price: the kernel's time plus its fresh outputs' first touches (nonzero once calibrated)
+    assert chosen["seconds"] == c.extraction_time(next(kn for kn in c.kernel_times if kn.candidate == chosen["kernel"]
+                                                        and kn.device == chosen["device"]))
     decisions = kernel["decisions"]
     assert decisions["grown"] == "default" and {b["reason"] for b in decisions["boundaries"]} == {"input"}
     assert any(line.startswith("grown from") for line in kernel["lines"])
