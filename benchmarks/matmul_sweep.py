@@ -4,7 +4,7 @@
 (on the H200: ``bash benchmarks/h200.sh --sweep [args]``; without a GPU it uses the first OpenCL device).  Per variant: the best and median
 kernel time of ``--repeats`` launches (profiled events), TFLOP/s, and the largest error of its outputs
 against a float64 product and against numpy's float32 BLAS on a sample of rows.  ``--sum-block`` sets
-``engine.kernel.opencl.SUM_BLOCK`` (0: sequential accumulation) to measure the blocked sum's cost.
+the emitters' ``sum_block`` (``engine.kernel.render.base.SUM_BLOCK``) (0: sequential accumulation) to measure the blocked sum's cost.
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import statistics
 
 import numpy as np
 
-from engine.devices.base import Variant
 from engine.devices.opencl import discover
-from engine.kernel import opencl
 from engine.kernel.index import Var, add, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce
+from engine.kernel.render import opencl
+from engine.kernel.render.base import SUM_BLOCK, CStyleEmitter
+from engine.kernel.schedule import Variant
 from engine.program.dtypes import DType
 
 DEFAULT = [
@@ -53,11 +54,11 @@ def main() -> None:
     parser.add_argument("--m", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--rows", type=int, default=64, help="rows checked against float64 and BLAS")
-    parser.add_argument("--sum-block", type=int, default=opencl.SUM_BLOCK)
+    parser.add_argument("--sum-block", type=int, default=SUM_BLOCK)
     parser.add_argument("--variants", nargs="*", default=DEFAULT)
     parser.add_argument("--source", action="store_true", help="print the first variant's OpenCL C")
     args = parser.parse_args()
-    opencl.SUM_BLOCK = args.sum_block
+    CStyleEmitter.sum_block = args.sum_block
     found = discover()
     gpu = next((d for d in found if d.is_gpu), found[0])
     m = args.m
@@ -67,7 +68,7 @@ def main() -> None:
     rows = np.r_[0 : args.rows // 2, m - args.rows // 2 : m]
     exact = a[rows].astype(np.float64) @ b.astype(np.float64)
     blas = a[rows] @ b
-    print(f"device {gpu.name}; {m}^3 fp32; SUM_BLOCK {opencl.SUM_BLOCK}; "
+    print(f"device {gpu.name}; {m}^3 fp32; SUM_BLOCK {args.sum_block}; "
           f"BLAS rows vs float64: max error {np.abs(blas - exact).max():.2e}")
     variants = [parse(t) for t in args.variants]
     if args.source:

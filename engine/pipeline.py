@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine import units
-from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.devices.base import Device
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
 from engine.extract import EXTRACTORS, Explainer, Extraction, Pin, explainer
 from engine.kernel.attach import Attached, KernelNode, attach
 from engine.kernel.ir import Kernel
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.plan import ExecPlan, Execution, Launch, StepError, build_plan, execute
 from engine.program.primitives import PrimGraph
 from engine.program.program import Program

@@ -20,11 +20,12 @@ import sample_graphs
 from engine import load
 from engine.autotune import FAILED, OK, WRONG, Budget, CacheWarning, Tuner, TuneResult, predict, suggest, tune
 from engine.devices import LibraryDevice, NumpyDevice
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.opencl import discover
-from engine.kernel import opencl as codegen
 from engine.kernel.index import Var, add, flatten, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce
+from engine.kernel.render import opencl as codegen
+from engine.kernel.render.base import CStyleEmitter
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
 from engine.program.dtypes import DType
 from engine.tuning.cache import TuneCache
@@ -66,14 +67,14 @@ def test_tune_verifies_and_picks_a_verified_variant(device):
 
 
 def test_wrong_and_failing_variants_are_recorded_never_chosen(device, monkeypatch):
-    init = codegen._Emitter.init
+    init = CStyleEmitter.init
 
     def buggy(self, red):  # group reduces start from 1 (wrong); unroll=4 does not compile
         if self.variant.unroll == 4:
             return "undefined_symbol_zx"
         return "1.0f" if self.variant.group > 1 else init(self, red)
 
-    monkeypatch.setattr(codegen._Emitter, "init", buggy)
+    monkeypatch.setattr(CStyleEmitter, "init", buggy)
     codegen.generate.cache_clear()
     try:
         result = tune(row_sum(), device, Budget(variants=12))

@@ -15,9 +15,9 @@ import pytest
 import engine
 import sample_graphs
 from engine.devices import NumpyDevice
-from engine.devices.base import DEFAULT_VARIANT
 from engine.devices.opencl import DeviceLostError, OpenCLKernel, discover
-from engine.kernel.opencl import generate
+from engine.kernel.render.opencl import generate
+from engine.kernel.schedule import DEFAULT_VARIANT
 from engine.pipeline import Options, compile_program, extract, run
 from engine.tuning import FAILED, OK, Budget, TuneCache, tune
 from tests.test_autotune import matmul

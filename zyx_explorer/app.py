@@ -24,11 +24,11 @@ from textual.worker import get_current_worker
 
 from engine import Program, pipeline, units
 from engine.devices import Device, discover
-from engine.devices.base import Variant
 from engine.egraph.egraph import ClassId, EGraph
 from engine.export import ExportResult, export_stage
 from engine.fileio import write_atomic
 from engine.kernel.attach import KernelNode
+from engine.kernel.schedule import Variant
 from engine.pipeline import Compilation, Options, compile_stages
 from engine.plan import Launch
 from engine.tuning import Progress, TuneResult

@@ -14,12 +14,12 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
 from engine import Program, pipeline
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Term, Why
 from engine.kernel.attach import KernelNode
 from engine.kernel.decisions import kernel_lines
 from engine.kernel.kernelize import Candidate, Kernelization
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.locate import Located, locate, tensors_of
 from engine.pipeline import Compilation
 from engine.plan import Allocate, Copy, ExecPlan, Free, Launch

@@ -8,81 +8,14 @@ pool and the host; a copy between two device pools goes through the host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from engine.kernel.ir import Buffer, Kernel
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 HOST = "host"
-
-
-@dataclass(frozen=True)
-class Variant:
-    """Tuning parameters of one kernel on one device (the defaults: one output per work item, runtime's local size).
-
-    Every variant computes the same function; ``engine.kernel.opencl`` explains each parameter.
-    """
-
-    local_size: int | None = None
-    """Work-group size (None: the runtime chooses)."""
-    upcast: int = 1
-    """Outputs per work item along the last non-trivial global axis (contiguous: vector loads and stores)."""
-    tile: int = 1
-    """Outputs per work item along the axis before it (with ``upcast``: a 2-D register tile)."""
-    unroll: int = 1
-    """Unroll factor of the innermost reduce loop (a remainder loop handles the rest)."""
-    group: int = 0
-    """When > 1: one work-group of this many work items (a power of two) per output, the reduce split across it
-    and combined by a tree reduction in local memory."""
-    smem: int = 0
-    """When > 0 (with a 2-D blocked work-group): the reduce runs in tiles of this many steps, each work-group
-    first staging the tiles of the operands that follow one tiled axis into local memory."""
-
-    def __str__(self) -> str:
-        parts = [f"local={self.local_size or 'auto'}"]
-        for name in ("upcast", "tile", "unroll"):
-            if getattr(self, name) != 1:
-                parts.append(f"{name}={getattr(self, name)}")
-        if self.group > 1:
-            parts.append(f"group={self.group}")
-        if self.smem:
-            parts.append(f"smem={self.smem}")
-        return " ".join(parts)
-
-    @property
-    def tag(self) -> str:
-        """A short C-identifier-safe name, e.g. ``l64u4t1r1g0`` or ``l256u4t8r4g0s16`` (the function name's suffix)."""
-        smem = f"s{self.smem}" if self.smem else ""
-        return f"l{self.local_size or 0}u{self.upcast}t{self.tile}r{self.unroll}g{self.group}{smem}"
-
-    def to_json(self) -> dict[str, int | None]:
-        return {"local_size": self.local_size, "upcast": self.upcast, "tile": self.tile, "unroll": self.unroll,
-                "group": self.group, "smem": self.smem}
-
-    @staticmethod
-    def from_json(data: dict[str, Any]) -> Variant:
-        """The variant of ``to_json``'s dict; a field left out (an older cache entry) takes its default."""
-        fields = ("local_size", "upcast", "tile", "unroll", "group", "smem")
-        unknown = set(data) - set(fields)
-        if unknown:
-            raise ValueError(f"unknown variant fields {sorted(unknown)}")
-        values = {k: data[k] for k in fields if k in data}
-        if not all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in values.values()):
-            raise ValueError(f"variant fields must be integers: {data}")
-        low = {"local_size": 1, "upcast": 1, "tile": 1, "unroll": 1, "group": 0, "smem": 0}
-        bad = [k for k, v in values.items() if v is not None and not low[k] <= v <= MAX_VARIANT_FIELD]
-        if bad:
-            raise ValueError(f"variant fields out of range ({', '.join(bad)}): {data}")
-        return Variant(**values)
-
-
-MAX_VARIANT_FIELD = 4096
-"""No tuning parameter is larger (a cache entry beyond it is corrupt, not a variant to build)."""
-
-
-DEFAULT_VARIANT = Variant()
 
 
 class Compiled(Protocol):

@@ -3,7 +3,7 @@
 A kernel whose reduce is ``sum(a * b)`` of two affine float32 loads runs as
 one batched ``cupy.matmul`` (cuBLAS SGEMM); when its outputs do more than
 store that sum (bias, activation, residual), the matmul writes a scratch
-buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.cuda``,
+buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.render.cuda``,
 reads it.  Every other kernel (elementwise, reduces, row kernels) runs from
 that source alone.  Buffers are flat cupy arrays in the pool ``cuda:<index>``;
 what copies to and from the host cost is measured by ``engine.tuning.links``
@@ -24,13 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.evaluate import Plan, plan
 from engine.devices.numpy_device import contraction
-from engine.kernel import cuda
 from engine.kernel.index import flatten, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load
 from engine.kernel.ir import replace as replace_nodes
+from engine.kernel.render import cuda
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
 from engine.tuning.links import Link
 

@@ -2,7 +2,7 @@
 
 A departure from DESIGN.md, which names numpy and OpenCL executors: on a CPU the numpy device pays a
 memory pass per op and PoCL vectorises badly, so neither comes near the memory floor; one C loop nest
-per kernel, vectorised by gcc, does (``engine.kernel.c`` explains the code and the variants). Buffers
+per kernel, vectorised by gcc, does (``engine.kernel.render.c`` explains the code and the variants). Buffers
 are the host pool's numpy arrays, used in place (no transfers).
 
 The compiler is ``$ZYX_EXPLORE_CC`` if set, else the first of ``cc``, ``gcc``, ``clang`` on PATH. It is
@@ -32,13 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
+from engine.devices.base import HOST
 from engine.devices.numpy_device import HostMemory
 from engine.fileio import read_bounded, set_aside, write_atomic
-from engine.kernel.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.cost import work
 from engine.kernel.ir import Kernel
-from engine.kernel.opencl import UnsupportedKernelError, check, function_name
+from engine.kernel.render.base import UnsupportedKernelError, check, function_name
+from engine.kernel.render.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 CACHE_LINE = 64
 """Bytes a strided load brings in."""

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
+from engine.devices.base import HOST
 from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, RowPlan, plan, plan_rows, product_factors, run
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel, Load, Where
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 PARALLEL_ELEMENTS = 1 << 20
 """Kernels over fewer points (outputs times reduce size) run on one thread: starting threads costs more, and

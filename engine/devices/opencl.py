@@ -1,6 +1,6 @@
 """OpenCL devices through pyopencl: every device of every platform found, each with its own context and queue.
 
-Kernels are compiled from ``engine.kernel.opencl.generate``; built programs are
+Kernels are compiled from ``engine.kernel.render.opencl.generate``; built programs are
 cached per device by source.  Buffers are ``pyopencl.Buffer`` handles (at least a
 few bytes, so empty tensors have a handle too).  Launches use a 1-D range of
 work items (``launch_size``: one per point, per upcast tile or per group
@@ -23,19 +23,17 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel
-from engine.kernel.opencl import (
+from engine.kernel.render.base import UnsupportedKernelError, check, extensions, function_name
+from engine.kernel.render.opencl import generate
+from engine.kernel.render.opencl import source as program_source
+from engine.kernel.schedule import (
+    DEFAULT_VARIANT,
     InvalidVariantError,
-    UnsupportedKernelError,
-    check,
-    extensions,
-    function_name,
-    generate,
+    Variant,
     launch_size,
     local_bytes,
-    program_source,
     variant_error,
 )
 

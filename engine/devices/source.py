@@ -7,9 +7,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.devices.base import Device
 from engine.devices.evaluate import Plan
 from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 REDUCE_UFUNCS = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}
 
@@ -38,7 +39,7 @@ def device_source(device: Device | None, kernel: Kernel, variant: Variant = DEFA
         if kernel.stages:
             return Source("numpy program", "python", f"# {kernel.name}: a row kernel, evaluated stage by stage")
         return Source("numpy program", "python", numpy_program(device._plan(kernel), "numpy"))
-    from engine.kernel import opencl
+    from engine.kernel.render import opencl
 
     return Source("OpenCL C", "c", opencl.generate(kernel, variant))
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import graphviz
 
 from engine import units
-from engine.devices.base import DEFAULT_VARIANT
 from engine.egraph.egraph import ClassId
 from engine.export import view
 from engine.export.chosen import Region, class_of, neighbourhood, planned_kernels, region
 from engine.export.egraph_dot import node_label
 from engine.kernel.kernelize import Candidate
+from engine.kernel.schedule import DEFAULT_VARIANT
 from engine.pipeline import Compilation
 
 

@@ -1,1 +1,2 @@
-"""Kernels: the IR (index arithmetic, loads, one reduce), the kernelizer, cost counts, OpenCL C codegen."""
+"""Kernels: the IR (index arithmetic, loads, one reduce), the kernelizer, cost counts, the variant schedule
+(``schedule``) and the renderers that turn a kernel into source (``render``)."""

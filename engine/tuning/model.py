@@ -17,12 +17,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.devices.base import Device
 from engine.egraph.egraph import Scalar
 from engine.kernel.cost import work
 from engine.kernel.ir import Const, Kernel, Load, schedule
 from engine.kernel.lanes import dependent, flat_reduce, lanes, rewrite, unroll, upcast_axes
-from engine.kernel.opencl import block, launch_size, staging
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant, block, launch_size, staging
 
 _ITEM_OPS = 12
 """Scalar ops of per-work-item overhead (index decomposition, bounds)."""

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.devices.base import Device
 from engine.kernel.ir import Kernel
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.tuning.cache import CacheWarning, TuneCache
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.measure import Bench

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.ir import Kernel
 from engine.kernel.lanes import upcast_axes
-from engine.kernel.opencl import variant_error
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant, variant_error
 
 LOCAL_SIZES: tuple[int | None, ...] = (None, 16, 32, 64, 128, 256, 512, 1024)
 FACTORS = (1, 2, 4, 8)

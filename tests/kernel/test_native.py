@@ -19,12 +19,12 @@ from test_random_graphs import programs
 import sample_graphs
 from engine import load
 from engine.devices import discover as discover_all
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.evaluate import evaluate
 from engine.devices.native import NativeBuildError, NativeDevice, discover, find_compiler
-from engine.kernel.c import source
 from engine.kernel.index import Var, add, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce
+from engine.kernel.render.c import source
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
 from engine.program.dtypes import DType
 from engine.tuning import Budget, tune
@@ -209,7 +209,7 @@ def test_native_device_is_tunable(device):
 
 def test_strided_reduce_loads(device):
     """A matmul's column operand: not vectorised (gathers), predicted by cache lines, lanes sharing them."""
-    from engine.kernel.c import strided_loads
+    from engine.kernel.render.c import strided_loads
 
     mm, rows = variant_kernels()["matmul_odd"], big_kernels()["row_sum"]
     assert strided_loads(mm) == 1 and strided_loads(rows) == 0

@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 import sample_graphs
 from engine import load
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.evaluate import evaluate
 from engine.devices.opencl import KernelBuildError, OpenCLDevice, device_names, discover
 from engine.egraph import from_program, saturate
@@ -20,7 +19,9 @@ from engine.egraph.egraph import Scalar
 from engine.kernel.index import Div, Idx, Mod, Var, add, flatten, floordiv, lit, mod, scale, unflatten, var
 from engine.kernel.ir import Acc, Bound, Buffer, Const, Expr, Kernel, Load, Op, Reduce, Where
 from engine.kernel.kernelize import kernelize
-from engine.kernel.opencl import applies, generate, literal
+from engine.kernel.render.base import applies, literal
+from engine.kernel.render.opencl import generate
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
 from engine.program.primitives import BINARY_OPS, COMPARE_OPS, UNARY_OPS, PrimNode
 from engine.program.reference import eval_node
@@ -586,7 +587,7 @@ def test_variant_source_shapes():
 
 def test_blocked_work_groups():
     """A register tile with a power-of-two local size lays the group out as a 2-D block covering every point."""
-    from engine.kernel.opencl import block, launch_size
+    from engine.kernel.schedule import block, launch_size
 
     assert block(Variant(local_size=256, upcast=4, tile=4)) == (16, 16)
     assert block(Variant(local_size=128, tile=2)) == (8, 16) and block(Variant(local_size=64, tile=8)) == (8, 8)
@@ -597,7 +598,7 @@ def test_blocked_work_groups():
 
 
 def test_invalid_variants(device):
-    from engine.kernel.opencl import InvalidVariantError, variant_error
+    from engine.kernel.schedule import InvalidVariantError, variant_error
 
     ew = variant_kernels()["elementwise_broadcast"]
     assert variant_error(ew, Variant(unroll=2)) and variant_error(ew, Variant(group=64))
@@ -689,7 +690,7 @@ def check_variants(device, kernel: Kernel, variants: list[Variant], seed: int = 
 
 def test_smem_variants_match_the_evaluator(device):
     """Every local-memory variant of every matmul-shaped kernel above equals the numpy evaluator."""
-    from engine.kernel.opencl import staged_loads
+    from engine.kernel.schedule import staged_loads
 
     for name, k in smem_kernels().items():
         assert len(staged_loads(k)) == 2, name
@@ -711,7 +712,7 @@ def test_smem_hypothesis(device, m, n, k, batch, ta, tb, variant):
 
 def test_smem_source_and_applicability():
     """Tiles in aligned local memory, coalesced vector copies, barriers; the guard waits for the reduce."""
-    from engine.kernel.opencl import local_bytes, staging, variant_error
+    from engine.kernel.schedule import local_bytes, staging, variant_error
 
     k = matmul_kernel(37, 29, 64)
     v = Variant(local_size=64, upcast=4, tile=4, unroll=4, smem=16)
@@ -755,14 +756,14 @@ BLOCKED = [DEFAULT_VARIANT, Variant(unroll=4), Variant(upcast=2, tile=2, unroll=
 
 def test_blocked_sums_meet_the_f32_tolerance(device):
     """Each run of SUM_BLOCK terms is summed apart: the tiny terms survive, within f32's tolerance."""
-    from engine.kernel import opencl
+    from engine.kernel.render.base import SUM_BLOCK
 
     kernel, arrays, exact = tiny_terms_kernel(4096)
     rtol, atol = F32.tolerance
     for v in BLOCKED:
         got = run(device, kernel, *arrays, variant=v)[0]
         assert np.all(np.abs(got - exact) <= atol + rtol * exact), (v, got.ravel()[0] - exact)
-        assert np.all(np.abs(got - exact) <= opencl.SUM_BLOCK * 2.0**-24), v  # the first block's terms at most
+        assert np.all(np.abs(got - exact) <= SUM_BLOCK * 2.0**-24), v  # the first block's terms at most
     assert "zp0 = 0.0f" in generate(kernel) and "zp0" not in generate(matmul_kernel(4, 4, 4096, dtype=I32))
     ragged = matmul_kernel(5, 6, 1000)  # blocks that do not divide the loop, a remainder past the last tile
     assert "? r0b + 21 : 333)" in generate(ragged, Variant(unroll=3))
@@ -771,9 +772,10 @@ def test_blocked_sums_meet_the_f32_tolerance(device):
 
 def test_sequential_sums_miss_the_f32_tolerance(device, monkeypatch):
     """The same kernels with sequential accumulation (sum_block 0) return 1.0: the check above can fail."""
-    from engine.kernel import opencl
+    from engine.kernel.render import opencl
+    from engine.kernel.render.base import CStyleEmitter
 
-    monkeypatch.setattr(opencl._Emitter, "sum_block", 0)
+    monkeypatch.setattr(CStyleEmitter, "sum_block", 0)
     opencl.generate.cache_clear()
     try:
         kernel, arrays, exact = tiny_terms_kernel(4096)

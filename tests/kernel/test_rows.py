@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 import sample_graphs
 from engine import Tensor, from_tensors, load
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.evaluate import evaluate, unfused
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import Nominal, discover
@@ -27,7 +26,9 @@ from engine.kernel.cost import work
 from engine.kernel.index import Var, add, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.kernelize import Candidate, Kernelization, kernelize
-from engine.kernel.opencl import InvalidVariantError, UnsupportedKernelError, check, generate, launch_size
+from engine.kernel.render.base import UnsupportedKernelError, check
+from engine.kernel.render.opencl import generate
+from engine.kernel.schedule import DEFAULT_VARIANT, InvalidVariantError, Variant, launch_size
 from engine.pipeline import Options, compile_program, extract, run
 from engine.program.dtypes import DType
 from engine.program.program import Program

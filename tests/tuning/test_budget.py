@@ -14,8 +14,8 @@ import pytest
 import sample_graphs
 from engine import load
 from engine.devices import NumpyDevice
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.ir import Kernel
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program, compile_stages, extract, tune_plan
 from engine.tuning import OK, Budget, Tuner, tune
 from engine.tuning.calibrate import Calibrations, shape

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from engine.devices import NumpyDevice
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.cost import op_counts
 from engine.kernel.ir import Kernel, Op, Reduce
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
 from engine.tuning import CacheWarning
 from engine.tuning.calibrate import (

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from engine.devices.base import Variant
 from engine.devices.opencl import Nominal
-from engine.kernel.opencl import variant_error
+from engine.kernel.schedule import Variant, variant_error
 from engine.tuning.model import load_instructions, predict, suggest
 from engine.tuning.search import Trial, TuneResult
 from engine.tuning.space import neighbours, seeds, space, valid

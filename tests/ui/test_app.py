@@ -10,8 +10,8 @@ from textual.widget import Widget
 
 from engine import units
 from engine.devices import NumpyDevice
-from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.kernel.attach import KernelNode
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import STAGES, Options, compile_stages
 from engine.program.dtypes import DType
 from engine.tuning import FAILED, OK, WRONG, Trial, TuneResult

@@ -10,9 +10,10 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.devices.base import DEFAULT_VARIANT, Device, Variant
+from engine.devices.base import Device
 from engine.devices.source import device_source
 from engine.kernel.kernelize import Candidate
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from zyx_explorer.model import seconds_text
 from zyx_explorer.widgets.ir_lexer import KernelIRLexer
 

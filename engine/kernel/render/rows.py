@@ -1,7 +1,8 @@
 """OpenCL C of row kernels (``Kernel.stages``): the reduces of a row in order, then the row's outputs.
 
-``engine.kernel.opencl`` dispatches here for row kernels; expressions, loads,
-reduce initial values and combines are its ``_Emitter``'s.  Variants:
+``engine.kernel.render.opencl`` dispatches here for row kernels; expressions, loads,
+reduce initial values and combines are the ``CStyleEmitter``'s.  Variants (which apply, launch sizes:
+``engine.kernel.schedule``):
 
 * default (``local_size`` may be set): one work item per row; each stage is a
   loop over its reduce (its loop-invariant part hoisted), then a loop over the
@@ -16,58 +17,26 @@ Upcast, tile and unroll do not apply.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
-from engine.devices.base import Variant
 from engine.kernel.index import Var, flatten, var
 from engine.kernel.ir import Acc, Expr, Kernel, Reduce, dependent, schedule
 from engine.kernel.lanes import flat_reduce, rewrite, substitute
-from engine.kernel.opencl import _INT32_MAX, COMPUTE, UnsupportedKernelError, _Emitter
+from engine.kernel.render.base import COMPUTE, INT32_MAX, CStyleEmitter
+from engine.kernel.schedule import Variant
 from engine.program.dtypes import DType
 
 BLOCK = 64
 """Terms of a float sum the default variant adds before adding their sum to the row's (see ``loop_stage``)."""
 
 
-def variant_error(kernel: Kernel, variant: Variant) -> str | None:
-    """Why ``variant`` cannot apply to row kernel ``kernel``, or None."""
-    v = variant
-    if min(v.upcast, v.tile, v.unroll) < 1 or v.group < 0 or (v.local_size is not None and v.local_size < 1):
-        return f"non-positive parameter in {v}"
-    if (v.upcast, v.tile, v.unroll) != (1, 1, 1):
-        return "a row kernel has no upcast, tile or unroll"
-    if v.group > 1:
-        if v.group & (v.group - 1):
-            return f"group {v.group} is not a power of two"
-        if v.local_size not in (None, v.group):
-            return "group excludes another local size"
-    return None
-
-
-def launch_size(kernel: Kernel, variant: Variant) -> tuple[int, int | None]:
-    """(global size, local size or None): one work item, or one work-group of ``group`` items, per row."""
-    if variant.group > 1:
-        return kernel.numel * variant.group, variant.group
-    local = variant.local_size
-    return (kernel.numel if local is None else math.ceil(kernel.numel / local) * local), local
-
-
-def check(kernel: Kernel) -> None:
-    """Raise ``UnsupportedKernelError`` unless each stage reads only the results of stages before it."""
-    for i, stage in enumerate(kernel.stages):
-        late = [e for e in schedule([stage.body]) if isinstance(e, Acc) and e.stage >= i]
-        if late:
-            raise UnsupportedKernelError(f"stage {i} reads the result of stage {late[0].stage}")
-
-
-class RowEmitter(_Emitter):
+class RowEmitter(CStyleEmitter):
     """Builds the source of one row kernel (``parts()`` as for any kernel)."""
 
     def __init__(self, kernel: Kernel, variant: Variant) -> None:
         super().__init__(kernel, variant)
         self.vars |= {v: f"c{i}" for i, v in enumerate(kernel.row)}  # stages loop over their flattened reduce
-        if 2 * kernel.output_types[0].numel + 64 > _INT32_MAX:
+        if 2 * kernel.output_types[0].numel + 64 > INT32_MAX:
             self.itype = "long"
 
     def body(self) -> None:

@@ -6,7 +6,7 @@ vectorise badly (an exp chain over 16M floats: numpy device 61 ms, PoCL ~85 ms, 
 backend 23 ms, the floor ~9 ms). Here each kernel is compiled by the system C compiler and runs in
 place on the host's numpy arrays (``engine.devices.native``).
 
-The expressions come from the OpenCL emitter (``engine.kernel.opencl._Emitter``): OpenCL C's scalar
+The expressions come from the C-style emitter (``engine.kernel.render.base.CStyleEmitter``): OpenCL C's scalar
 subset is C once the preamble below names ``half``, ``uchar``, ``max``, ``vload_half`` and kin and
 ``<tgmath.h>`` makes ``exp2``/``sqrt``/... type-generic. Only the work-item prologue differs, and
 vector loads and stores are left to the compiler's vectoriser. The function's loops::
@@ -23,7 +23,7 @@ vector loads and stores are left to the compiler's vectoriser. The function's lo
       return 0;
     }
 
-Variants (``engine.devices.base.Variant``), read for a CPU:
+Variants (``engine.kernel.schedule.Variant``), read for a CPU:
 
 * ``upcast``/``tile``: lanes as in OpenCL (a register tile: loads shared by lanes are issued once);
 * ``unroll`` 4: the innermost reduce loop is ``#pragma omp simd reduction`` (vector partial
@@ -44,11 +44,11 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine.devices.base import Variant
 from engine.kernel.index import Var
 from engine.kernel.ir import Kernel, Load, schedule
 from engine.kernel.lanes import Lanes, dependent, flat_reduce, lanes, rewrite, unroll
-from engine.kernel.opencl import COMPUTE, STORAGE, _Emitter, check, function_name, program_source, variant_error
+from engine.kernel.render.base import COMPUTE, STORAGE, CStyleEmitter, check, function_name, program_source
+from engine.kernel.schedule import Variant, variant_error
 from engine.program.dtypes import DType
 
 PARALLEL_STEPS = 1 << 16
@@ -144,8 +144,8 @@ def reduction(dtype: DType, op: str) -> str:
     return "zx_max_d" if dtype == DType.F64 else "zx_max_f"
 
 
-class CEmitter(_Emitter):
-    """The OpenCL emitter's expressions inside C loops over the kernel's points (see the module docstring)."""
+class CEmitter(CStyleEmitter):
+    """The C-style emitter's expressions inside C loops over the kernel's points (see the module docstring)."""
 
     vectors = False
     sum_block = 0  # its reduce loops carry ``omp simd reduction`` clauses over ``acc``, which partials would break

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 
-from engine.devices.base import Variant
 from engine.kernel.ir import Kernel, schedule
-from engine.kernel.opencl import UnsupportedKernelError, _Emitter, check, function_name, launch_size, program_source
-from engine.kernel.opencl import variant_error as opencl_variant_error
-from engine.kernel.opencl_rows import RowEmitter
+from engine.kernel.render.base import UnsupportedKernelError, check, function_name, program_source
+from engine.kernel.render.opencl import OpenCLEmitter
+from engine.kernel.render.rows import RowEmitter
+from engine.kernel.schedule import Variant, launch_size
+from engine.kernel.schedule import variant_error as schedule_variant_error
 from engine.program.dtypes import DType
 
 PRELUDE = """typedef unsigned char uchar;
@@ -50,7 +51,7 @@ class _Cuda:
         return head, function.replace(f"__attribute__((reqd_work_group_size({self.local_size}, 1, 1))) ", "")  # type: ignore[attr-defined]
 
 
-class CudaEmitter(_Cuda, _Emitter):
+class CudaEmitter(_Cuda, OpenCLEmitter):
     """The OpenCL emitter of ordinary kernels, for NVRTC."""
 
 
@@ -74,7 +75,7 @@ def variant_error(kernel: Kernel, variant: Variant) -> str | None:
     """Why ``variant`` cannot run ``kernel`` here (None when it can)."""
     if variant.smem:
         return "smem stages operands with OpenCL's vector reads (cuBLAS runs matmuls here)"
-    return cuda_error(kernel) or opencl_variant_error(kernel, variant)
+    return cuda_error(kernel) or schedule_variant_error(kernel, variant)
 
 
 def source(kernel: Kernel, variant: Variant) -> tuple[str, str]:
