@@ -35,9 +35,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from engine.devices.base import HOST
 from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.kernel.attach import KernelNode
+from engine.kernel.ir import HOST
 from engine.kernel.kernelize import Kernelization
 
 Value = tuple[ClassId, str]

@@ -1,5 +1,5 @@
-"""Atomic file writes (a reader sees the old file or the whole new one, never half of one) and bounded reads
-of cache files (a FIFO, a device, a huge file or a link to /dev/zero is refused, never read)."""
+"""The cache folder, atomic file writes (a reader sees the old file or the whole new one, never half of one)
+and bounded reads of cache files (a FIFO, a device, a huge file or a link to /dev/zero is refused, never read)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,18 @@ def _remove_stale(path: Path) -> None:
         with contextlib.suppress(OSError):  # another process removed it, or it is a folder set aside
             if now - old.lstat().st_mtime > STALE_SECONDS:
                 old.unlink()
+
+
+class CacheWarning(UserWarning):
+    """A cache file was corrupt (it is rebuilt) or could not be written (its entries stay in memory)."""
+
+
+def cache_root() -> Path:
+    """``$ZYX_EXPLORE_CACHE`` when that is set, else the user cache dir: every cache lives in a folder of it
+    (tuning results, calibrations and links in ``autotune/``, native objects in ``native/``, ONNX weights)."""
+    import platformdirs
+
+    return Path(os.environ.get("ZYX_EXPLORE_CACHE") or platformdirs.user_cache_dir("zyx-explore"))
 
 
 class UnsafeFileError(OSError):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine import units
-from engine.devices.base import Device
+from engine.devices.base import Device, Link
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
 from engine.extract import EXTRACTORS, Explainer, Extraction, Pin, explainer
 from engine.kernel.attach import Attached, KernelNode, attach
@@ -39,7 +39,7 @@ from engine.program.reference import evaluate
 from engine.program.values import check_inputs
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, suggest
 from engine.tuning.calibrate import Calibrations
-from engine.tuning.links import Link, LinkCache, measured_links, transfer_time
+from engine.tuning.links import LinkCache, measured_links, transfer_time
 from engine.tuning.search import HOPELESS, lost
 
 RIVALS_SHARE = 0.5

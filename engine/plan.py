@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import HOST, Device
+from engine.devices.base import Device
 from engine.egraph.egraph import EGraph
 from engine.extract import Extraction, Value
 from engine.kernel.attach import KernelNode
-from engine.kernel.ir import Buffer, Kernel
+from engine.kernel.ir import HOST, Buffer, Kernel
 from engine.kernel.kernelize import Kernelization
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.values import check_inputs

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.devices.base import HOST, Device
+from engine.devices.base import Device
+from engine.kernel.ir import HOST
 from engine.plan import Allocate, Copy, ExecPlan, Execution, Free, Launch
 
 

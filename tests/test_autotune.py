@@ -18,9 +18,10 @@ import pytest
 
 import sample_graphs
 from engine import load
-from engine.autotune import FAILED, OK, WRONG, Budget, CacheWarning, Tuner, TuneResult, predict, suggest, tune
+from engine.autotune import FAILED, OK, WRONG, Budget, Tuner, TuneResult, predict, suggest, tune
 from engine.devices import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
+from engine.fileio import CacheWarning
 from engine.kernel.index import Var, add, flatten, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce
 from engine.kernel.render import opencl as codegen

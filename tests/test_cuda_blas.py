@@ -13,10 +13,10 @@ import pytest
 import sample_graphs
 from engine import DType, Tensor, from_tensors, load
 from engine.devices import cuda_blas
+from engine.devices.base import Link
 from engine.devices.numpy_device import NumpyDevice
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
-from engine.tuning.links import Link
 from engine.tuning.model import suggest
 from engine.tuning.space import seeds
 

@@ -10,7 +10,6 @@ import pytest
 
 import sample_graphs
 from engine import Tensor, from_tensors, load
-from engine.devices.base import HOST
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
 from engine.egraph import from_program
@@ -29,6 +28,7 @@ from engine.extract import (
     solve,
 )
 from engine.kernel.attach import KernelNode, ToDevice
+from engine.kernel.ir import HOST
 from engine.pipeline import Compilation, Options, compile_program, transfer_estimate, verify
 from engine.plan import build_plan, execute
 from engine.program.reference import evaluate

@@ -7,10 +7,10 @@ import pytest
 
 import sample_graphs
 from engine import Tensor, from_tensors, load
-from engine.devices.base import HOST
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
 from engine.extract import ExtractionError
+from engine.kernel.ir import HOST
 from engine.pipeline import Options, compile_program, run
 from engine.plan import Allocate, Copy, Free, Launch
 

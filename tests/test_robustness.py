@@ -16,11 +16,10 @@ import pytest
 import sample_graphs
 from engine import GraphError, load, loads
 from engine.errors import FormatError, InitError, ShapeError
-from engine.fileio import STALE_SECONDS, UnsafeFileError, read_bounded, write_atomic
+from engine.fileio import STALE_SECONDS, CacheWarning, UnsafeFileError, read_bounded, write_atomic
 from engine.interop import loads_serialized
 from engine.program.loader import SizeLimits
 from engine.tuning import TuneCache, tune
-from engine.tuning.cache import CacheWarning
 from engine.tuning.links import LinkCache
 from tests.fuzzing import device_node
 from tests.test_autotune import matmul

@@ -3,7 +3,7 @@ cuBLAS on CUDA GPUs (cupy)."""
 
 from __future__ import annotations
 
-from engine.devices.base import HOST, Device
+from engine.devices.base import Device
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 
 
@@ -31,4 +31,4 @@ def discover(opencl: bool = True, native: bool = True, notes: list[str] | None =
     return found
 
 
-__all__ = ["HOST", "Device", "LibraryDevice", "NumpyDevice", "discover"]
+__all__ = ["Device", "LibraryDevice", "NumpyDevice", "discover"]

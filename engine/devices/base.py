@@ -1,13 +1,14 @@
 """What every device offers the planner: a memory pool, compiled kernels, launches that report their time.
 
 A device owns one memory pool (``pool``); buffers are opaque handles of that
-pool.  The host pool (``HOST``) holds numpy arrays: program inputs start there
+pool.  The host pool (``engine.kernel.ir.HOST``) holds numpy arrays: program inputs start there
 and outputs end there.  ``upload``/``download`` move data between a device's
 pool and the host; a copy between two device pools goes through the host.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -15,7 +16,18 @@ import numpy as np
 from engine.kernel.ir import Buffer, Kernel
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
-HOST = "host"
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of the copy between the host and a device's pool."""
+
+    overhead: float
+    """Seconds each copy costs whatever its size."""
+    bandwidth: float
+    """Bytes per second beyond that."""
+
+    def seconds(self, nbytes: int) -> float:
+        return self.overhead + nbytes / self.bandwidth
 
 
 class Compiled(Protocol):

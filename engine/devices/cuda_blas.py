@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.devices.base import Link
 from engine.devices.evaluate import Plan, plan
 from engine.devices.numpy_device import contraction
 from engine.kernel.index import flatten, var
@@ -32,7 +33,6 @@ from engine.kernel.ir import replace as replace_nodes
 from engine.kernel.render import cuda
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
-from engine.tuning.links import Link
 
 NO_CUDA = "install cupy for the CUDA runtime of the machine (`pip install cupy-cuda12x` or `cupy-cuda13x`)"
 NOMINAL_LINK = Link(20e-6, 4e9)

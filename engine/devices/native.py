@@ -32,11 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import HOST
 from engine.devices.numpy_device import HostMemory
-from engine.fileio import read_bounded, set_aside, write_atomic
+from engine.fileio import CacheWarning, cache_root, read_bounded, set_aside, write_atomic
 from engine.kernel.cost import work
-from engine.kernel.ir import Kernel
+from engine.kernel.ir import HOST, Kernel
 from engine.kernel.render.base import UnsupportedKernelError, check, function_name
 from engine.kernel.render.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
@@ -108,10 +107,8 @@ class Compiler:
 
 
 def cache_dir() -> Path:
-    """``native/`` beside the tuning cache (``engine.tuning.cache.default_dir``)."""
-    from engine.tuning.cache import default_dir  # engine.tuning imports engine.devices: imported when used
-
-    return default_dir().parent / "native"
+    """``native/`` in the cache root, beside the tuning cache."""
+    return cache_root() / "native"
 
 
 def build(compiler: Compiler, text: str, directory: Path, timeout: float = BUILD_SECONDS) -> tuple[Path, bool]:
@@ -162,8 +159,6 @@ def _intact(path: Path, checksum: Path) -> bool:
 
 
 def _corrupt(path: Path, why: str) -> bool:
-    from engine.tuning.cache import CacheWarning  # engine.tuning imports engine.devices: imported when used
-
     set_aside(path)
     warnings.warn(CacheWarning(f"native cache {path} is corrupt ({why}); rebuilding it"), stacklevel=4)
     return False

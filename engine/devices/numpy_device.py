@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import HOST
 from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, RowPlan, plan, plan_rows, product_factors, run
 from engine.kernel.cost import work
-from engine.kernel.ir import Buffer, Kernel, Load, Where
+from engine.kernel.ir import HOST, Buffer, Kernel, Load, Where
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 PARALLEL_ELEMENTS = 1 << 20

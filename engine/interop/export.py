@@ -13,9 +13,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from engine.devices.base import HOST
 from engine.egraph.egraph import ATTACHED_OPS, EGraph
 from engine.extract import KernelTime, Problem, Producer, TransferTime, Value, _problem
+from engine.kernel.ir import HOST
 
 COST_UNIT = "us"
 """Kernel and copy costs are exported in microseconds (the ``cost_unit`` top-level key says so)."""

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from engine.devices.base import HOST, Device
 from engine.egraph.egraph import ClassId, NodeId
+from engine.kernel.ir import HOST, Kernel
 from engine.kernel.kernelize import Kernelization
 from engine.program.dtypes import DType
 from engine.program.primitives import Shape
@@ -57,7 +58,19 @@ class Attached:
     """By candidate id: why each device that cannot run it refuses it (by device name)."""
 
 
-def attach(kz: Kernelization, devices: Sequence[Device]) -> Attached:
+class Placement(Protocol):
+    """What ``attach`` asks of a device (every ``engine.devices.base.Device`` offers it): the kernel layer
+    places candidates on devices without importing the devices layer, which imports it."""
+
+    name: str
+    pool: str
+
+    def supports(self, kernel: Kernel) -> bool: ...
+
+    def unsupported(self, kernel: Kernel) -> str | None: ...
+
+
+def attach(kz: Kernelization, devices: Sequence[Placement]) -> Attached:
     """Add a kernel node per (candidate, device that supports it) and a ToDevice node per class and pool."""
     egraph = kz.egraph
     kernels = []

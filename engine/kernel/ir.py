@@ -147,6 +147,11 @@ class Reduce:
         return self.body.dtype
 
 
+HOST = "host"
+"""The host's memory pool (numpy arrays), where a program's inputs start and its outputs end: a pool of every
+plan beside its devices' own (``engine.kernel.attach.ToDevice`` copies a class into one)."""
+
+
 @dataclass(frozen=True)
 class Buffer:
     """The type of a kernel input or output: a contiguous tensor."""

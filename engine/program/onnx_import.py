@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import FormatError, GraphError
+from engine.fileio import cache_root
 from engine.program.dtypes import DType
 from engine.program.init import Init
 from engine.program.loader import read_source
@@ -634,9 +635,7 @@ def npy_writer(directory: Path, prefix: str) -> Callable[[str, np.ndarray], Init
 
 def cache_weights_dir(path: Path) -> Path:
     """Where an opened model's weights go when no directory is given: beside the tuning cache, by the model's hash."""
-    from engine.tuning.cache import default_dir
-
-    return default_dir().parent / "onnx" / hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return cache_root() / "onnx" / hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def load_onnx(path: str | Path, dims: Mapping[str, int] | None = None, weights_dir: str | Path | None = None,

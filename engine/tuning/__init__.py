@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engine.tuning.cache import CacheWarning, TuneCache
+from engine.tuning.cache import TuneCache
 from engine.tuning.model import predict, suggest
 from engine.tuning.search import (
     FAILED,
@@ -23,7 +23,6 @@ __all__ = [
     "OK",
     "WRONG",
     "Budget",
-    "CacheWarning",
     "CancelFn",
     "Progress",
     "ProgressFn",

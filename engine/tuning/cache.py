@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import warnings
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import Device
-from engine.fileio import UnsafeFileError, read_bounded, set_aside, write_atomic
+from engine.fileio import CacheWarning, UnsafeFileError, cache_root, read_bounded, set_aside, write_atomic
 from engine.kernel.ir import Kernel
 
 FORMAT = 1
@@ -31,16 +30,9 @@ MAX_FILE_BYTES = 64 << 20
 """A device's cache file beyond this is corrupt (thousands of kernels take a few MiB)."""
 
 
-class CacheWarning(UserWarning):
-    """A tuning cache file was corrupt (it is rebuilt)."""
-
-
 def default_dir() -> Path:
-    """``$ZYX_EXPLORE_CACHE/autotune`` when that is set, else the user cache dir's."""
-    import platformdirs
-
-    root = os.environ.get("ZYX_EXPLORE_CACHE") or platformdirs.user_cache_dir("zyx-explore")
-    return Path(root) / "autotune"
+    """``autotune/`` in the cache root (``$ZYX_EXPLORE_CACHE`` when that is set, else the user cache dir)."""
+    return cache_root() / "autotune"
 
 
 def driver(device: Device) -> str:

@@ -35,14 +35,14 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import Device
-from engine.fileio import write_atomic
+from engine.fileio import CacheWarning, write_atomic
 from engine.kernel.cost import op_counts
 from engine.kernel.index import Var, add, flatten, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.lanes import upcast_axes
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
-from engine.tuning.cache import CacheWarning, default_dir, driver
+from engine.tuning.cache import default_dir, driver
 from engine.tuning.model import predict as roofline
 
 PRIOR = 2.0

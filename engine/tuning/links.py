@@ -15,33 +15,19 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from engine.devices.base import HOST, Device
-from engine.fileio import UnsafeFileError, read_bounded, set_aside, write_atomic
-from engine.kernel.ir import Buffer
+from engine.devices.base import Device, Link
+from engine.fileio import CacheWarning, UnsafeFileError, read_bounded, set_aside, write_atomic
+from engine.kernel.ir import HOST, Buffer
 from engine.program.dtypes import DType
-from engine.tuning.cache import MAX_FILE_BYTES, CacheWarning, default_dir, driver
+from engine.tuning.cache import MAX_FILE_BYTES, default_dir, driver
 
 SIZES = (1 << 12, 1 << 24)
 """Bytes of the two round trips timed (4 KiB: the fixed cost; 16 MiB: the bandwidth)."""
 REPEATS = 5
-
-
-@dataclass(frozen=True)
-class Link:
-    """One direction of the copy between the host and a device's pool."""
-
-    overhead: float
-    """Seconds each copy costs whatever its size."""
-    bandwidth: float
-    """Bytes per second beyond that."""
-
-    def seconds(self, nbytes: int) -> float:
-        return self.overhead + nbytes / self.bandwidth
 
 
 def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> Link:

@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from engine.devices.base import Device
+from engine.fileio import CacheWarning
 from engine.kernel.ir import Kernel
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
-from engine.tuning.cache import CacheWarning, TuneCache
+from engine.tuning.cache import TuneCache
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.measure import Bench
 from engine.tuning.model import predict

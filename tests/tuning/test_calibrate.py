@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from engine.devices import NumpyDevice
+from engine.fileio import CacheWarning
 from engine.kernel.cost import op_counts
 from engine.kernel.ir import Kernel, Op, Reduce
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
-from engine.tuning import CacheWarning
 from engine.tuning.calibrate import (
     FORMAT,
     Calibrations,

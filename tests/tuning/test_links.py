@@ -10,12 +10,13 @@ import pytest
 
 from engine import Init, Tensor, from_tensors
 from engine.devices import NumpyDevice
+from engine.devices.base import Link
 from engine.devices.opencl import discover
+from engine.fileio import CacheWarning
 from engine.pipeline import Options, compile_program, transfer_estimate
 from engine.plan import Copy
 from engine.tuning import Budget, links
-from engine.tuning.cache import CacheWarning
-from engine.tuning.links import Link, LinkCache, measure, transfer_time
+from engine.tuning.links import LinkCache, measure, transfer_time
 
 CPU_OPENCL = [d for d in discover() if not d.is_gpu][:1]
 needs_opencl = pytest.mark.skipif(not CPU_OPENCL, reason="no OpenCL CPU device (install pocl-opencl-icd)")
