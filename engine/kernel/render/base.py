@@ -215,8 +215,6 @@ class CStyleEmitter(ABC):
         self.helpers: dict[str, str] = {}
         self.lines: list[str] = []
         self.count = 0
-        self.late_guard = ""
-        """The return of items past an end, when it must wait for the reduce's barriers."""
 
     # index arithmetic
 
@@ -571,7 +569,7 @@ class CStyleEmitter(ABC):
 
     @abstractmethod
     def body(self) -> None:
-        """The function's lines: the kernel's points mapped onto the machine, then ``finish``."""
+        """The function's lines: the kernel's points mapped onto the machine, its reduces, its stores."""
 
     def parts(self) -> tuple[list[str], str]:
         """The preamble lines (pragmas, helper functions) and the kernel function."""

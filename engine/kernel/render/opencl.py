@@ -41,6 +41,9 @@ from engine.program.dtypes import DType
 class OpenCLEmitter(CStyleEmitter):
     """Builds one ``__kernel`` function: work item -> lanes (or work-group -> point), the reduce, the stores."""
 
+    late_guard = ""
+    """The return of items past an end, when it must wait for the reduce's barriers (set by ``blocked``)."""
+
     def tiled_reduce(self, plan: Lanes, bodies: list[Expr]) -> None:
         """The reduce of an ``smem`` variant: per tile of the innermost reduce loop, the group stages its tiles
         of the staged loads in local memory, synchronises, and every lane reads them from there.
