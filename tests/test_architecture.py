@@ -3,9 +3,9 @@
 The graphs are read from the source with ``ast``, so an import inside a function counts as much as one at
 the top of a module: a deferred import hides a cycle from Python's loader, not from a reader (each side of
 it still has to be understood with the other).  Between subpackages, ``if TYPE_CHECKING:`` imports count
-too, for the same reason.  Between the modules of one subpackage they do not: two modules whose types name
-each other (``kernel.kernelize``'s decisions and the ``kernel.attach`` nodes they are priced by) is how
-Python spells mutually referring types, and such an import never runs.
+too, for the same reason.  Between the modules of one subpackage they do not: modules whose types name each
+other (``kernel.decisions`` annotates with ``kernel.kernelize``'s and ``kernel.attach``'s types, and they
+import it) is how Python spells mutually referring types, and such an import never runs.
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SUBPACKAGES = ("program", "egraph", "kernel", "tuning", "devices", "export", "interop")
-"""``engine.<name>``: one node each; every other ``engine.<module>`` is a node of its own."""
 
 
 def module_names(root: Path = ROOT) -> dict[str, Path]:
@@ -65,9 +63,9 @@ def _type_checking(test: ast.expr) -> bool:
 
 
 def layer(module: str) -> str:
-    """The node of ``module`` in the subpackage graph: ``engine.<subpackage>`` or the top-level module itself."""
-    parts = module.split(".")
-    return ".".join(parts[:2]) if len(parts) > 1 and parts[1] in SUBPACKAGES else module
+    """The node of ``module`` in the subpackage graph: its subpackage (``engine.kernel``, ``engine.devices``, ...)
+    or, for a top-level module (``engine.pipeline``) and ``engine`` itself, the module."""
+    return ".".join(module.split(".")[:2])
 
 
 def graphs(root: Path = ROOT) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
