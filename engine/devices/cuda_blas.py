@@ -29,8 +29,7 @@ from engine.devices.evaluate import Plan, plan
 from engine.devices.numpy_device import contraction
 from engine.kernel import cuda
 from engine.kernel.index import flatten, var
-from engine.kernel.ir import Acc, Buffer, Kernel, Load
-from engine.kernel.ir import replace as replace_nodes
+from engine.kernel.ir import Acc, Buffer, Kernel, Load, map_exprs
 from engine.program.dtypes import DType
 from engine.tuning.links import Link
 
@@ -84,7 +83,7 @@ def epilogue(kernel: Kernel) -> Kernel | None:
     if kernel.outputs == (Acc(red.dtype),):
         return None
     acc = Load(len(kernel.inputs), flatten([var(v) for v in kernel.vars], kernel.shape), kernel.numel, red.dtype)
-    outputs = replace_nodes(list(kernel.outputs), {Acc(red.dtype): acc})
+    outputs = map_exprs(list(kernel.outputs), {Acc(red.dtype): acc})
     return Kernel((*kernel.inputs, Buffer(kernel.shape, red.dtype)), kernel.shape, kernel.vars, None, tuple(outputs))
 
 

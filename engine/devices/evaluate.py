@@ -60,7 +60,7 @@ from typing import TypeVar
 import numpy as np
 
 from engine.kernel.index import Div, Idx, Mod, Var, add, flatten, floordiv, lit, mod, scale, var
-from engine.kernel.ir import Acc, Bound, Buffer, Const, Expr, Kernel, Load, Op, Reduce, Where, replace, schedule
+from engine.kernel.ir import Acc, Buffer, Const, Expr, Kernel, Load, Op, Reduce, Where, map_exprs, schedule
 from engine.program.dtypes import DType
 from engine.program.primitives import PrimNode
 from engine.program.reference import eval_node, widen
@@ -296,25 +296,11 @@ def _subst(x: Idx, m: dict[Var, Idx]) -> Idx:
 
 def _rewrite(kernel: Kernel, m: dict[Var, Idx], swap: Callable[[tuple[Var, ...]], tuple[Var, ...]]) -> Kernel:
     """``kernel`` with every index rewritten by ``_subst(., m)`` and its loop variables by ``swap``."""
-    memo: dict[Expr, Expr] = {}
-
-    def sub(e: Expr) -> Expr:
-        if e not in memo:
-            if isinstance(e, Load):
-                memo[e] = Load(e.input, _subst(e.index, m), e.size, e.dtype)
-            elif isinstance(e, Op):
-                memo[e] = Op(e.op, tuple(sub(a) for a in e.args), e.dtype)
-            elif isinstance(e, Where):
-                bounds = tuple(Bound(_subst(b.index, m), b.lo, b.hi) for b in e.bounds)
-                memo[e] = Where(bounds, sub(e.then), sub(e.otherwise), e.dtype)
-            else:
-                memo[e] = e
-        return memo[e]
-
-    vars_ = swap(kernel.vars)
     red = kernel.reduce
-    reduce = Reduce(red.op, swap(red.vars), sub(red.body)) if red else None
-    return Kernel(kernel.inputs, tuple(u.size for u in vars_), vars_, reduce, tuple(sub(e) for e in kernel.outputs))
+    mapped = map_exprs([*kernel.outputs, *([red.body] if red else [])], index=lambda x: _subst(x, m))
+    vars_ = swap(kernel.vars)
+    reduce = Reduce(red.op, swap(red.vars), mapped[-1]) if red else None
+    return Kernel(kernel.inputs, tuple(u.size for u in vars_), vars_, reduce, tuple(mapped[: len(kernel.outputs)]))
 
 
 def _has_mod(kernel: Kernel) -> bool:
@@ -1075,11 +1061,11 @@ def unfused(kernel: Kernel) -> list[Kernel]:
     loads = {Acc(s.dtype, i): Load(len(kernel.inputs) + i, at, kernel.numel, s.dtype) for i, s in enumerate(kernel.stages)}
     parts = []
     for i, s in enumerate(kernel.stages):
-        (body,) = replace([s.body], loads)
+        (body,) = map_exprs([s.body], loads)
         parts.append(Kernel((*kernel.inputs, *temps[:i]), kernel.shape, kernel.vars, Reduce(s.op, s.vars, body),
                             (Acc(s.dtype),)))
     shape = tuple(v.size for v in kernel.store)
-    parts.append(Kernel((*kernel.inputs, *temps), shape, kernel.store, None, tuple(replace(kernel.outputs, loads))))
+    parts.append(Kernel((*kernel.inputs, *temps), shape, kernel.store, None, tuple(map_exprs(kernel.outputs, loads))))
     return parts
 
 
