@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, Variant
-from engine.devices.evaluate import Plan, plan
+from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction
 from engine.kernel import cuda
 from engine.kernel.index import flatten, var

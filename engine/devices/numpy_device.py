@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 
 from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
-from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, RowPlan, plan, plan_rows, product_factors, run
+from engine.devices.chunk_plan import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, product_factors
+from engine.devices.evaluate import run
+from engine.devices.row_plan import RowPlan, plan_rows
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel, Load, Where
 
@@ -113,7 +115,7 @@ class NumpyDevice(HostMemory):
 
         A contraction counts its flops at ``flops`` and its factors' nodes as element-ops
         (a ``Where``, two copies through a broadcast mask, as four).  A row kernel costs the kernels it fuses
-        (``evaluate.unfused``: it runs as them), launched once.
+        (``row_plan.unfused``: it runs as them), launched once.
         """
         if kernel.stages:
             parts = plan_rows(kernel, self.max_elements, self.view_elements).parts

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
-from engine.devices.evaluate import Plan
+from engine.devices.chunk_plan import Plan
 from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where
 
 REDUCE_UFUNCS = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}

@@ -19,9 +19,10 @@ from hypothesis import strategies as st
 import sample_graphs
 from engine import Tensor, from_tensors, load
 from engine.devices.base import DEFAULT_VARIANT, Variant
-from engine.devices.evaluate import evaluate, unfused
+from engine.devices.evaluate import evaluate
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import Nominal, discover
+from engine.devices.row_plan import unfused
 from engine.egraph import from_program, saturate
 from engine.kernel.cost import work
 from engine.kernel.index import Var, add, scale, var
