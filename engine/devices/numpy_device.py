@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import DEFAULT_VARIANT, HOST, Variant
+from engine.devices.base import DEFAULT_VARIANT, HOST, Device, Source, Variant
 from engine.devices.chunk_plan import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, product_factors
 from engine.devices.evaluate import run
 from engine.devices.row_plan import RowPlan, plan_rows
+from engine.devices.source import numpy_program
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel, Load, Where
 
@@ -52,7 +53,7 @@ class HostMemory:
         pass
 
 
-class NumpyDevice(HostMemory):
+class NumpyDevice(HostMemory, Device):
     """Runs any kernel with the vectorised numpy evaluator (``engine.devices.evaluate``).
 
     Kernels are evaluated in L2-sized chunks on ``threads`` threads (one for small kernels), one numpy
@@ -64,6 +65,7 @@ class NumpyDevice(HostMemory):
 
     name = "numpy"
     pool = HOST
+    driver_version = f"numpy {np.__version__}"
     bandwidth = 7e9
     """Nominal bytes/s of host memory as numpy streams it."""
     throughput = 1.0e9
@@ -83,9 +85,6 @@ class NumpyDevice(HostMemory):
         self.parallel_elements = parallel_elements
         self._plans: dict[str, Plan] = {}
 
-    def supports(self, kernel: Kernel) -> bool:
-        return True
-
     def unsupported(self, kernel: Kernel) -> str | None:
         return None
 
@@ -99,6 +98,12 @@ class NumpyDevice(HostMemory):
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         planned = plan_rows(kernel, self.max_elements, self.view_elements) if kernel.stages else self._plan(kernel)
         return NumpyCompiled(kernel, variant, planned)
+
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        """The numpy calls of one chunk (a row kernel runs as the kernels it fuses: said, not listed)."""
+        if kernel.stages:
+            return Source("numpy program", "python", f"# {kernel.name}: a row kernel, evaluated stage by stage")
+        return Source("numpy program", "python", numpy_program(self._plan(kernel), "numpy"))
 
     def threads_for(self, kernel: Kernel) -> int:
         """The threads a launch of ``kernel`` uses: one below ``parallel_elements`` points (outputs x reduce)."""
@@ -168,9 +173,6 @@ class LibraryDevice(NumpyDevice):
                  parallel_elements: int = PARALLEL_ELEMENTS) -> None:
         super().__init__(max_elements, threads, max_elements, parallel_elements)
 
-    def supports(self, kernel: Kernel) -> bool:
-        return self.unsupported(kernel) is None
-
     def unsupported(self, kernel: Kernel) -> str | None:
         if kernel.stages:
             return "a row kernel (several reduce stages) is no library call"
@@ -182,3 +184,9 @@ class LibraryDevice(NumpyDevice):
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         assert self.supports(kernel), "not a contraction kernel"
         return super().compile(kernel, variant)
+
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        """The batched ``np.matmul`` of the contraction's factors, and the numpy calls around it."""
+        if not self.supports(kernel):
+            return Source("BLAS call", "python", f"# {kernel.name} is no contraction: the BLAS device does not run it")
+        return Source("BLAS call (numpy matmul)", "python", numpy_program(self._plan(kernel), "blas"))
