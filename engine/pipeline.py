@@ -40,7 +40,7 @@ from engine.program.values import check_inputs
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, suggest
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.links import LinkCache, measured_links, transfer_time
-from engine.tuning.search import HOPELESS, lost
+from engine.tuning.search import HOPELESS
 
 RIVALS_SHARE = 0.5
 """Rivals (the plan's kernels on other devices) are timed only while more than this share of the budget is left,
@@ -299,8 +299,8 @@ def tune_plan(c: Compilation, tuner: Tuner) -> None:
             c.tuning[kn] = result
             c.variants[kn] = result.best
             c.kernel_times[kn] = result.seconds  # type: ignore[index]  # inf when no variant ran
-            if lost(device):
-                _avoid(c, kn.device, f"device {kn.device} was lost while tuning ({device.lost})")  # type: ignore[attr-defined]
+            if device.lost:
+                _avoid(c, kn.device, f"device {kn.device} was lost while tuning ({device.lost})")
             elif not result.ok:
                 c.problems.append(f"{kn}: no variant ran ({result.failure.splitlines()[0]}); extraction avoids it")
         _repredict(c, tuner)
@@ -449,7 +449,7 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
             break
         except StepError as e:
             device = by_name.get(e.device)
-            kernel = e.step.kernel if isinstance(e.step, Launch) and not lost(device) else None
+            kernel = e.step.kernel if isinstance(e.step, Launch) and not (device is not None and device.lost) else None
             if device is None or not _avoid(compilation, e.device, f"{e} at run time", kernel):
                 raise
             extract(compilation)

@@ -227,10 +227,8 @@ def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.n
     declared = {s.input: (s.buffer.shape, s.buffer.dtype) for s in plan.steps if isinstance(s, Allocate) and s.input}
     run = _Run(plan, devices, check_inputs(declared, inputs))
     for device in devices:  # devices that build programs build all of the plan's kernels at once
-        batch = getattr(device, "compile_many", None)
-        if batch is not None:
-            with contextlib.suppress(Exception):  # a failing kernel's own compile() reports it, at its step
-                batch([(s.kernel, s.variant) for s in plan.launches() if s.device == device.name])
+        with contextlib.suppress(Exception):  # a failing kernel's own compile() reports it, at its step
+            device.compile_many([(s.kernel, s.variant) for s in plan.launches() if s.device == device.name])
     times: list[float] = []
     for index, step in enumerate(plan.steps):
         try:

@@ -154,6 +154,24 @@ def test_a_long_reduce_over_few_rows_is_predicted_faster_split_across_a_block():
     assert device.predict(k, DEFAULT_VARIANT) > 100 * device.predict(k, Variant(group=256))
 
 
+def test_the_source_is_the_cublas_call_and_nvrtcs_cuda_c():
+    """What runs: a bare matmul is one cuBLAS call; a matmul with a bias, that call and its epilogue's CUDA C;
+    any other kernel, CUDA C (the OpenCL emitter's code under the prelude that names OpenCL's words)."""
+    device = _host_cublas()
+    x, w = Tensor.input("x", (16, 32)), Tensor.input("w", (32, 24))
+    (bare,) = _kernels(x @ w)
+    (biased,) = _kernels((x @ w + Tensor.input("bias", (24,))).relu())
+    (elementwise,) = _kernels(x.exp())
+    call = device.source(bare)
+    assert call.title == "cuBLAS call" and "cupy.matmul, 1 x (16 x 32) @ (32 x 24)" in call.text
+    assert "__global__" not in call.text
+    both = device.source(biased)
+    assert both.title.startswith("cuBLAS call, then CUDA C") and "cupy.matmul" in both.text
+    assert 'extern "C" __global__' in both.text and "reading the matmul's result as in3" in both.text
+    own = device.source(elementwise, Variant(local_size=256, upcast=4))
+    assert own.title == "CUDA C (NVRTC)" and own.language == "cuda" and own.text.startswith("typedef unsigned char")
+
+
 def _kernels(t):
     c = compile_program(from_tensors({"y": t}), [NumpyDevice()], Options(tune=False, tune_cache=False, execute=False))
     return [s.kernel for s in c.plan.launches()]

@@ -1,13 +1,19 @@
-"""What every device offers the planner: a memory pool, compiled kernels, launches that report their time.
+"""What every device offers the engine (``Device``): a memory pool, compiled kernels, launches that report their
+time, predictions, tuning capabilities and the source of what it runs.
 
 A device owns one memory pool (``pool``); buffers are opaque handles of that
 pool.  The host pool (``engine.kernel.ir.HOST``) holds numpy arrays: program inputs start there
 and outputs end there.  ``upload``/``download`` move data between a device's
 pool and the host; a copy between two device pools goes through the host.
+
+The engine and the explorer use a device only through ``Device``: a capability
+a device lacks has a default here (no variants, no joint builds, not a GPU,
+never lost), never a probe of its attributes.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -37,43 +43,108 @@ class Compiled(Protocol):
     variant: Variant
 
 
-class Device(Protocol):
+@dataclass(frozen=True)
+class Source:
+    """``text`` in ``language`` (a Pygments lexer name), under a ``title`` that says what it is."""
+
+    title: str
+    language: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Nominal:
+    """Nominal speeds and size of a device whose variants the tuner's work-item roofline prices
+    (``engine.tuning.model.predict``), until autotuning measures the real thing."""
+
+    bandwidth: float
+    """Device memory bytes/s."""
+    throughput: float
+    """Scalar ops/s."""
+    overhead: float
+    """Seconds per launch."""
+    transfer_bandwidth: float
+    """Host <-> device bytes/s."""
+    transfer_overhead: float
+    """Seconds per transfer."""
+    units: int
+    """Compute units (work-groups that run at once)."""
+    lanes: int
+    """Preferred float vector width (a CPU runtime vectorises across work items by it)."""
+
+
+class Device(ABC):
+    """A device as the engine uses it; subclasses implement the abstract methods and override the defaults of
+    the capabilities they have."""
+
     name: str
     """Unique and stable across runs (it keys the tuning cache), e.g. ``numpy`` or ``opencl:pthread-...``."""
     pool: str
     """The memory pool its buffers live in."""
+    driver_version: str
+    """What besides ``name`` keys its tuning cache entries: the driver, compiler or library that builds its kernels."""
+    lost: str | None = None
+    """Why the device stopped working, once it has: every operation then fails, and the tuner and planner stop
+    using it."""
+    is_gpu: bool = False
+    """Whether its variants are seeded and priced for a GPU (wide work-groups, staged operands)."""
+    tunable: bool = False
+    """Whether the tuner searches its variants (``variant_error`` says which run); else it times the default."""
+    launch_overhead: float = 0.0
+    """Nominal seconds per launch, part of its roofline (calibration subtracts it before scaling the rest)."""
+    nominal: Nominal | None = None
+    """Its speeds when the tuner's work-item roofline prices its variants; None: ``predict`` does."""
+
+    @abstractmethod
+    def unsupported(self, kernel: Kernel) -> str | None:
+        """Why this device cannot run ``kernel`` (None when it can): what the explorer shows of a refusal."""
 
     def supports(self, kernel: Kernel) -> bool:
         """Whether this device can run ``kernel`` at all (dtypes, patterns)."""
-        ...
+        return self.unsupported(kernel) is None
 
-    def unsupported(self, kernel: Kernel) -> str | None:
-        """Why this device cannot run ``kernel`` (None when it can): what the explorer shows of a refusal."""
-        ...
+    def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
+        """Why ``variant`` cannot run ``kernel`` here (None when it can); a device without variants runs the
+        default alone."""
+        return None if variant == DEFAULT_VARIANT else f"{self.name} has only the default variant"
 
+    @abstractmethod
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Compiled:
-        """``kernel`` ready to launch.  Devices whose builds are slow may also offer
-        ``compile_many(items)``, which builds many ``(kernel, variant)`` pairs at once."""
-        ...
+        """``kernel`` ready to launch."""
 
+    def compile_many(self, items: list[tuple[Kernel, Variant]]) -> None:  # noqa: B027 (a default that does nothing)
+        """Build many ``(kernel, variant)`` pairs at once, so that later ``compile`` calls find them built (what a
+        device whose builds are slow does); by default nothing is built ahead."""
+
+    @abstractmethod
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        """What this device runs for ``kernel`` in ``variant``, as text (the explorer's source pane)."""
+
+    @abstractmethod
     def alloc(self, buffer: Buffer) -> Any: ...
 
+    @abstractmethod
     def upload(self, array: np.ndarray) -> Any:
         """A new buffer of this pool holding ``array`` (contiguous, of the buffer's dtype)."""
-        ...
 
+    @abstractmethod
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray: ...
 
+    @abstractmethod
     def free(self, handle: Any) -> None: ...
 
+    @abstractmethod
     def launch(self, compiled: Compiled, inputs: list[Any], outputs: list[Any]) -> float:
         """Run ``compiled`` on input and output buffers and return its device time in seconds."""
-        ...
 
+    @abstractmethod
     def estimate(self, kernel: Kernel) -> float:
         """Predicted seconds for ``kernel`` (a roofline: bytes over bandwidth, ops over throughput)."""
-        ...
 
+    def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
+        """Predicted seconds for ``kernel`` in ``variant`` (by default ``estimate``, the same for every variant)."""
+        return self.estimate(kernel)
+
+    @abstractmethod
     def transfer_estimate(self, nbytes: int) -> float:
         """Predicted seconds to move ``nbytes`` between the host and this device's pool (0 for the host pool)."""
-        ...

@@ -24,12 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import Link
-from engine.devices.evaluate import Plan, plan
+from engine.devices.base import Device, Link, Source
+from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction
 from engine.kernel.index import flatten, var
-from engine.kernel.ir import Acc, Buffer, Kernel, Load
-from engine.kernel.ir import replace as replace_nodes
+from engine.kernel.ir import Acc, Buffer, Kernel, Load, map_exprs
 from engine.kernel.render import cuda
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
@@ -84,7 +83,7 @@ def epilogue(kernel: Kernel) -> Kernel | None:
     if kernel.outputs == (Acc(red.dtype),):
         return None
     acc = Load(len(kernel.inputs), flatten([var(v) for v in kernel.vars], kernel.shape), kernel.numel, red.dtype)
-    outputs = replace_nodes(list(kernel.outputs), {Acc(red.dtype): acc})
+    outputs = map_exprs(list(kernel.outputs), {Acc(red.dtype): acc})
     return Kernel((*kernel.inputs, Buffer(kernel.shape, red.dtype)), kernel.shape, kernel.vars, None, tuple(outputs))
 
 
@@ -132,11 +131,12 @@ def _dims(mm: Matmul) -> tuple[int, int, int, int]:
     return batch, m, k, n
 
 
-class CublasDevice:
+class CublasDevice(Device):
     """cuBLAS SGEMM (TF32 off) through ``cupy.matmul`` and NVRTC kernels on one CUDA device; its buffers are
     flat cupy arrays."""
 
     is_gpu = True
+    tunable = True
     launch_overhead = 8e-6
     """Nominal seconds per launch (a cupy call and its dispatch); autotuning measures real launches."""
     flops = 50e12
@@ -162,9 +162,6 @@ class CublasDevice:
         if kernel.key not in self._plans:
             self._plans[kernel.key] = as_matmul(kernel)
         return self._plans[kernel.key]
-
-    def supports(self, kernel: Kernel) -> bool:
-        return self.unsupported(kernel) is None
 
     def unsupported(self, kernel: Kernel) -> str | None:
         """A matmul-shaped kernel always runs (cuBLAS); any other needs CUDA source (``cuda.cuda_error``)."""
@@ -195,6 +192,19 @@ class CublasDevice:
             return self._build(kernel, variant)
         built = None if found.epilogue is None else self._build(found.epilogue, variant)
         return replace(found, variant=variant, built=built)
+
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        """NVRTC's CUDA C; for a matmul-shaped kernel the cuBLAS call (a comment) and its epilogue's CUDA C."""
+        mm = self._matmul(kernel)
+        if mm is None:
+            return Source("CUDA C (NVRTC)", "cuda", cuda.source(kernel, variant)[0])
+        batch, m, k, n = _dims(mm)
+        call = (f"// {kernel.name}: cuBLAS SGEMM (TF32 off) by cupy.matmul, {batch} x ({m} x {k}) @ ({k} x {n})\n"
+                f"// of the strided views in{mm.a.input}[{mm.a.index}] and in{mm.b.input}[{mm.b.index}]\n")
+        if mm.epilogue is None:
+            return Source("cuBLAS call", "cuda", call)
+        then = f"// then its epilogue, reading the matmul's result as in{len(kernel.inputs)}:\n"
+        return Source("cuBLAS call, then CUDA C (NVRTC)", "cuda", call + then + cuda.source(mm.epilogue, variant)[0])
 
     def alloc(self, buffer: Buffer) -> Any:
         with self._cp.cuda.Device(self.index):

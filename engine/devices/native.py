@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
+from engine.devices.base import Device, Source
 from engine.devices.numpy_device import HostMemory
+from engine.devices.source import fold_prelude
 from engine.fileio import CacheWarning, cache_root, read_bounded, set_aside, write_atomic
 from engine.kernel.cost import work
 from engine.kernel.ir import HOST, Kernel
@@ -250,7 +252,7 @@ class NativeKernel:
     """The ctypes function: pointers to the inputs then the outputs; returns 0 (1: out of memory)."""
 
 
-class NativeDevice(HostMemory):
+class NativeDevice(HostMemory, Device):
     """Kernels as C functions over host arrays (see the module docstring).
 
     Nominal numbers for a small CPU: streams ~12 GB/s on all threads (about a numpy copy), ~1 G scalar
@@ -259,6 +261,7 @@ class NativeDevice(HostMemory):
     """
 
     pool = HOST
+    tunable = True
     bandwidth = 12e9
     """Nominal bytes/s streamed by all threads (one thread: ``single_bandwidth``)."""
     single_bandwidth = 8e9
@@ -298,14 +301,16 @@ class NativeDevice(HostMemory):
             return f"{self.compiler.version} has no _Float16"
         return None
 
-    def supports(self, kernel: Kernel) -> bool:
-        return self.unsupported(kernel) is None
-
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
         return native_variant_error(kernel, variant)
 
-    def source(self, items: list[tuple[Kernel, Variant]]) -> str:
+    def program_source(self, items: list[tuple[Kernel, Variant]]) -> str:
+        """The C source of one shared object holding every kernel of ``items``."""
         return _source(tuple(items), self.threads, self.compiler.half, self.compiler.simd_math)
+
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        """The C function of ``kernel`` in ``variant``, the prelude every native kernel shares folded."""
+        return Source("C (native)", "c", fold_prelude(self.program_source([(kernel, variant)]), kernel.name))
 
     def _load(self, text: str) -> ctypes.CDLL:
         path, built = build(self.compiler, text, self.directory)
@@ -320,22 +325,22 @@ class NativeDevice(HostMemory):
         todo: dict[str, tuple[Kernel, Variant]] = {}
         for kernel, variant in items:
             runs = self.unsupported(kernel) is None and self.variant_error(kernel, variant) is None
-            if runs and self.source([(kernel, variant)]) not in self.libraries:
+            if runs and self.program_source([(kernel, variant)]) not in self.libraries:
                 todo.setdefault(function_name(kernel, variant), (kernel, variant))
         if len(todo) < 2:
             return
         try:
-            library = self._load(self.source(list(todo.values())))
+            library = self._load(self.program_source(list(todo.values())))
         except NativeBuildError:
             return
         for item in todo.values():
-            self.libraries[self.source([item])] = library
+            self.libraries[self.program_source([item])] = library
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NativeKernel:
         reason = self.unsupported(kernel) or self.variant_error(kernel, variant)
         if reason is not None:
             raise NativeBuildError(f"{self.name} cannot run {kernel.name} ({variant}): {reason}")
-        text = self.source([(kernel, variant)])
+        text = self.program_source([(kernel, variant)])
         library = self.libraries.get(text)
         if library is None:
             library = self.libraries[text] = self._load(text)
@@ -398,11 +403,11 @@ def _source(items: tuple[tuple[Kernel, Variant], ...], threads: int, half: bool,
 
 
 def generate(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> str:
-    """The C source this process's native device builds for ``kernel`` in ``variant`` (for the explorer)."""
+    """The C source this process's native device builds for ``kernel`` in ``variant``."""
     found = find_compiler()
     if isinstance(found, str):
         raise NativeBuildError(found)
-    return NativeDevice(found).source([(kernel, variant)])
+    return NativeDevice(found).program_source([(kernel, variant)])
 
 
 def discover(threads: int | None = None) -> tuple[list[NativeDevice], str | None]:

@@ -15,7 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.evaluate import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, RowPlan, plan, plan_rows, product_factors, run
+from engine.devices.base import Device, Source
+from engine.devices.chunk_plan import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, product_factors
+from engine.devices.evaluate import run
+from engine.devices.row_plan import RowPlan, plan_rows
+from engine.devices.source import numpy_program
 from engine.kernel.cost import work
 from engine.kernel.ir import HOST, Buffer, Kernel, Load, Where
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
@@ -50,7 +54,7 @@ class HostMemory:
         pass
 
 
-class NumpyDevice(HostMemory):
+class NumpyDevice(HostMemory, Device):
     """Runs any kernel with the vectorised numpy evaluator (``engine.devices.evaluate``).
 
     Kernels are evaluated in L2-sized chunks on ``threads`` threads (one for small kernels), one numpy
@@ -62,6 +66,7 @@ class NumpyDevice(HostMemory):
 
     name = "numpy"
     pool = HOST
+    driver_version = f"numpy {np.__version__}"
     bandwidth = 7e9
     """Nominal bytes/s of host memory as numpy streams it."""
     throughput = 1.0e9
@@ -81,9 +86,6 @@ class NumpyDevice(HostMemory):
         self.parallel_elements = parallel_elements
         self._plans: dict[str, Plan] = {}
 
-    def supports(self, kernel: Kernel) -> bool:
-        return True
-
     def unsupported(self, kernel: Kernel) -> str | None:
         return None
 
@@ -97,6 +99,12 @@ class NumpyDevice(HostMemory):
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         planned = plan_rows(kernel, self.max_elements, self.view_elements) if kernel.stages else self._plan(kernel)
         return NumpyCompiled(kernel, variant, planned)
+
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        """The numpy calls of one chunk (a row kernel runs as the kernels it fuses: said, not listed)."""
+        if kernel.stages:
+            return Source("numpy program", "python", f"# {kernel.name}: a row kernel, evaluated stage by stage")
+        return Source("numpy program", "python", numpy_program(self._plan(kernel), "numpy"))
 
     def threads_for(self, kernel: Kernel) -> int:
         """The threads a launch of ``kernel`` uses: one below ``parallel_elements`` points (outputs x reduce)."""
@@ -113,7 +121,7 @@ class NumpyDevice(HostMemory):
 
         A contraction counts its flops at ``flops`` and its factors' nodes as element-ops
         (a ``Where``, two copies through a broadcast mask, as four).  A row kernel costs the kernels it fuses
-        (``evaluate.unfused``: it runs as them), launched once.
+        (``row_plan.unfused``: it runs as them), launched once.
         """
         if kernel.stages:
             parts = plan_rows(kernel, self.max_elements, self.view_elements).parts
@@ -166,9 +174,6 @@ class LibraryDevice(NumpyDevice):
                  parallel_elements: int = PARALLEL_ELEMENTS) -> None:
         super().__init__(max_elements, threads, max_elements, parallel_elements)
 
-    def supports(self, kernel: Kernel) -> bool:
-        return self.unsupported(kernel) is None
-
     def unsupported(self, kernel: Kernel) -> str | None:
         if kernel.stages:
             return "a row kernel (several reduce stages) is no library call"
@@ -180,3 +185,9 @@ class LibraryDevice(NumpyDevice):
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> NumpyCompiled:
         assert self.supports(kernel), "not a contraction kernel"
         return super().compile(kernel, variant)
+
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        """The batched ``np.matmul`` of the contraction's factors, and the numpy calls around it."""
+        if not self.supports(kernel):
+            return Source("BLAS call", "python", f"# {kernel.name} is no contraction: the BLAS device does not run it")
+        return Source("BLAS call (numpy matmul)", "python", numpy_program(self._plan(kernel), "blas"))

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from engine.devices.base import Device, Nominal, Source
+from engine.devices.source import opencl_source
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel
 from engine.kernel.render.base import UnsupportedKernelError, check, extensions, function_name
@@ -67,22 +69,6 @@ Fault = Callable[[str, Any], None]
 what it raises, the operation raises (a DeviceLostError marks the device lost)."""
 
 
-@dataclass(frozen=True)
-class Nominal:
-    """Nominal speeds of a device, for roofline estimates until autotuning measures the real thing."""
-
-    bandwidth: float
-    """Device memory bytes/s."""
-    throughput: float
-    """Scalar ops/s."""
-    overhead: float
-    """Seconds per launch."""
-    transfer_bandwidth: float
-    """Host <-> device bytes/s."""
-    transfer_overhead: float
-    """Seconds per transfer."""
-
-
 def nominal(device: Any) -> Nominal:
     """Rough speeds from a ``pyopencl.Device``'s attributes (compute units, clock, vector width, type).
 
@@ -91,6 +77,7 @@ def nominal(device: Any) -> Nominal:
     """
     units = max(int(device.max_compute_units), 1)
     clock = (int(device.max_clock_frequency) or 1000) * 1e6
+    lanes = max(int(device.preferred_vector_width_float), 1)
     if device.type & cl.device_type.GPU:
         return Nominal(
             bandwidth=min(max(units * 25e9, 50e9), 4e12),
@@ -98,14 +85,17 @@ def nominal(device: Any) -> Nominal:
             overhead=5e-6,
             transfer_bandwidth=20e9,
             transfer_overhead=10e-6,
+            units=units,
+            lanes=lanes,
         )
-    lanes = max(int(device.preferred_vector_width_float), 1)
     return Nominal(
         bandwidth=min(units * 8e9, 100e9),
         throughput=units * clock * lanes,
         overhead=20e-6,
         transfer_bandwidth=10e9,
         transfer_overhead=2e-6,
+        units=units,
+        lanes=lanes,
     )
 
 
@@ -121,8 +111,10 @@ class OpenCLKernel:
     """The ``pyopencl.Kernel`` of ``kernel.name``."""
 
 
-class OpenCLDevice:
+class OpenCLDevice(Device):
     """One OpenCL device: its own context, a profiling queue, a program cache keyed by source."""
+
+    tunable = True
 
     def __init__(self, device: Any, name: str) -> None:
         self.device = device
@@ -137,7 +129,7 @@ class OpenCLDevice:
         launch, so the plan launches the object the tuner warmed up and timed."""
         self.builds = 0
         """How many programs were built (cache misses)."""
-        self.nominal = nominal(device)
+        self.nominal: Nominal = nominal(device)
         self.lost: str | None = None
         """Why the device stopped working, once it has (then every operation raises DeviceLostError)."""
         self.fault: Fault | None = None
@@ -172,18 +164,19 @@ class OpenCLDevice:
     def is_gpu(self) -> bool:
         return bool(self.device.type & cl.device_type.GPU)
 
+    @property
+    def launch_overhead(self) -> float:
+        return self.nominal.overhead
+
     def unsupported(self, kernel: Kernel) -> str | None:
-        """Why this device cannot run ``kernel``, or None when it can."""
+        """Why this device cannot run ``kernel``, or None when it can: f16 is always supported (``vload_half`` is
+        core), f64 needs ``cl_khr_fp64``."""
         try:
             check(kernel)
         except UnsupportedKernelError as e:
             return str(e)
         missing = sorted(x for x in extensions(kernel) if x not in self.device.extensions.split())
         return f"needs {', '.join(missing)}" if missing else None
-
-    def supports(self, kernel: Kernel) -> bool:
-        """f16 is always supported (``vload_half`` is core); f64 needs ``cl_khr_fp64``."""
-        return self.unsupported(kernel) is None
 
     def build(self, source: str) -> Any:
         """The built ``pyopencl.Program`` of ``source`` (cached); raises KernelBuildError with the build log."""
@@ -249,6 +242,9 @@ class OpenCLDevice:
             compiled = OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)))
             self.kernels[source] = compiled
         return compiled
+
+    def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
+        return opencl_source(kernel, variant)
 
     def alloc(self, buffer: Buffer) -> Any:
         with self._guard("transfer"):

@@ -1,46 +1,29 @@
-"""What a device actually runs for a kernel variant, as text for the explorer's source pane: OpenCL C on an OpenCL
-device, the native C function (its shared prelude folded), the numpy program of the numpy device, the matmul call
-of the BLAS device.  Showing OpenCL C for a kernel that runs on numpy would describe code that never ran."""
+"""What a device actually runs for a kernel variant, as text for the explorer's source pane (``Device.source``):
+OpenCL C on an OpenCL device, the native C function (its shared prelude folded), the numpy program of the numpy
+device, the matmul call of the BLAS device, cuBLAS calls and CUDA C on a CUDA device.  Showing OpenCL C for a
+kernel that runs on numpy would describe code that never ran.  The renderings devices share live here."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
-from engine.devices.base import Device
-from engine.devices.evaluate import Plan
+from engine.devices.base import Device, Source
+from engine.devices.chunk_plan import Plan
 from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where
+from engine.kernel.render import opencl
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 REDUCE_UFUNCS = {"sum": "add", "max": "maximum", "min": "minimum", "prod": "multiply"}
 
 
-@dataclass(frozen=True)
-class Source:
-    """``text`` in ``language`` (a Pygments lexer name), under a ``title`` that says what it is."""
-
-    title: str
-    language: str
-    text: str
-
-
 def device_source(device: Device | None, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
-    """What ``device`` runs for ``kernel`` in ``variant`` (OpenCL C when the device is unknown or an OpenCL one)."""
-    from engine.devices.native import NativeDevice
-    from engine.devices.numpy_device import LibraryDevice, NumpyDevice
+    """What ``device`` runs for ``kernel`` in ``variant`` (``Device.source``); OpenCL C, the portable kernel
+    source, when no device is known."""
+    return device.source(kernel, variant) if device is not None else opencl_source(kernel, variant)
 
-    if isinstance(device, NativeDevice):
-        return Source("C (native)", "c", fold_prelude(device.source([(kernel, variant)]), kernel.name))
-    if isinstance(device, LibraryDevice):
-        if not device.supports(kernel):
-            return Source("BLAS call", "python", f"# {kernel.name} is no contraction: the BLAS device does not run it")
-        return Source("BLAS call (numpy matmul)", "python", numpy_program(device._plan(kernel), "blas"))
-    if isinstance(device, NumpyDevice):
-        if kernel.stages:
-            return Source("numpy program", "python", f"# {kernel.name}: a row kernel, evaluated stage by stage")
-        return Source("numpy program", "python", numpy_program(device._plan(kernel), "numpy"))
-    from engine.kernel.render import opencl
 
+def opencl_source(kernel: Kernel, variant: Variant) -> Source:
+    """The OpenCL C of ``kernel`` in ``variant``."""
     return Source("OpenCL C", "c", opencl.generate(kernel, variant))
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engine.egraph.egraph import Scalar
@@ -49,6 +49,14 @@ class Expr:
     def children(self) -> tuple[Expr, ...]:
         return ()
 
+    def index_vars(self) -> set[Var]:
+        """The variables the indices of this one node (not its children) read."""
+        return set()
+
+    def rebuild(self, children: tuple[Expr, ...], index: Callable[[Idx], Idx]) -> Expr:
+        """This node over ``children`` (its own, mapped), each index of its own mapped by ``index``."""
+        return self
+
 
 @dataclass(frozen=True, eq=True)
 class Load(Expr):
@@ -67,6 +75,12 @@ class Load(Expr):
     def clamped(self) -> bool:
         lo, hi = self.index.bounds
         return lo < 0 or hi >= self.size
+
+    def index_vars(self) -> set[Var]:
+        return self.index.variables()
+
+    def rebuild(self, children: tuple[Expr, ...], index: Callable[[Idx], Idx]) -> Expr:
+        return Load(self.input, index(self.index), self.size, self.dtype)
 
     __hash__ = Expr.__hash__
 
@@ -89,6 +103,9 @@ class Op(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return self.args
+
+    def rebuild(self, children: tuple[Expr, ...], index: Callable[[Idx], Idx]) -> Expr:
+        return Op(self.op, children, self.dtype)
 
     __hash__ = Expr.__hash__
 
@@ -116,6 +133,13 @@ class Where(Expr):
 
     def children(self) -> tuple[Expr, ...]:
         return (self.then, self.otherwise)
+
+    def index_vars(self) -> set[Var]:
+        return set().union(*(b.index.variables() for b in self.bounds))
+
+    def rebuild(self, children: tuple[Expr, ...], index: Callable[[Idx], Idx]) -> Expr:
+        then, otherwise = children
+        return Where(tuple(Bound(index(b.index), b.lo, b.hi) for b in self.bounds), then, otherwise, self.dtype)
 
     __hash__ = Expr.__hash__
 
@@ -266,37 +290,34 @@ def dependent(roots: Iterable[Expr], variables: set[Var]) -> set[Expr]:
     """The nodes under ``roots`` that depend on any of ``variables``."""
     out: set[Expr] = set()
     for e in schedule(roots):
-        if _index_vars(e) & variables or any(c in out for c in e.children()):
+        if e.index_vars() & variables or any(c in out for c in e.children()):
             out.add(e)
     return out
 
 
-def replace(roots: Sequence[Expr], table: dict[Expr, Expr]) -> list[Expr]:
-    """``roots`` with every node of ``table`` replaced by its value (the nodes above rebuilt)."""
+def map_exprs(roots: Sequence[Expr], table: Mapping[Expr, Expr] | None = None,
+              index: Callable[[Idx], Idx] | None = None) -> list[Expr]:
+    """``roots`` rebuilt bottom-up: a node of ``table`` becomes its value, every index (of a load, a bound, a
+    code generator's own node) becomes ``index(idx)``, and every node above a changed one is rebuilt.
+
+    The one substitution of the code base: lanes and unrolling (``lanes.rewrite``), split variables
+    (``kernel.simplify``) and replaced subtrees (a row kernel's stages, a matmul's epilogue) all go through it.
+    """
     memo: dict[Expr, Expr] = {}
     for e in schedule(roots):
-        if e in table:
+        if table is not None and e in table:
             memo[e] = table[e]
-        elif isinstance(e, Op):
-            memo[e] = Op(e.op, tuple(memo[a] for a in e.args), e.dtype)
-        elif isinstance(e, Where):
-            memo[e] = Where(e.bounds, memo[e.then], memo[e.otherwise], e.dtype)
-        else:
+            continue
+        children = tuple(memo[c] for c in e.children())
+        if index is None and all(new is old for new, old in zip(children, e.children())):
             memo[e] = e
+        else:
+            memo[e] = e.rebuild(children, index or _same)
     return [memo[r] for r in roots]
 
 
-def _index_vars(e: Expr) -> set[Var]:
-    """The variables the indices of this one node (not its children) read (a node of codegen's own, such as a
-    staged load, says so through an ``index_vars`` method)."""
-    own = getattr(e, "index_vars", None)
-    if own is not None:
-        return own()
-    if isinstance(e, Load):
-        return e.index.variables()
-    if isinstance(e, Where):
-        return set().union(*(b.index.variables() for b in e.bounds))
-    return set()
+def _same(x: Idx) -> Idx:
+    return x
 
 
 def describe(e: Expr, names: dict[Expr, str]) -> str:

@@ -15,11 +15,11 @@ beyond their buffers, so their loads become clamped and their stores guarded.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from engine.kernel.index import Div, Idx, Var, add, floordiv, lit, mod, scale, unflatten, var
-from engine.kernel.ir import Acc, Bound, Expr, Kernel, Load, Op, Where, schedule
+from engine.kernel.ir import Acc, Bound, Expr, Kernel, map_exprs, schedule
 from engine.kernel.ir import dependent as dependent  # re-exported: codegen and the cost model import it from here
 
 Subst = Mapping[Var, Idx]
@@ -50,6 +50,9 @@ class Staged(Expr):
         """What ``ir.dependent`` follows: its index and the loop that refills its tile."""
         return self.index.variables() | {self.loop}
 
+    def rebuild(self, children: tuple[Expr, ...], index: Callable[[Idx], Idx]) -> Expr:
+        return Staged(self.buffer, index(self.index), self.loop, self.dtype)
+
 
 def substitute(x: Idx, m: Subst) -> Idx:
     """``x`` with each variable of ``m`` replaced by its index (simplified as it rebuilds)."""
@@ -71,25 +74,10 @@ def rewrite(roots: Sequence[Expr], m: Subst, acc: Expr | None = None,
             replace: Mapping[Expr, Expr] | None = None) -> list[Expr]:
     """``roots`` with ``m`` substituted in every index (``Acc`` replaced by ``acc``, nodes of ``replace`` by
     their value, both if given)."""
-    memo: dict[Expr, Expr] = {}
-    for e in schedule(roots):
-        if replace is not None and e in replace:
-            out: Expr = replace[e]
-        elif isinstance(e, Load):
-            out = Load(e.input, substitute(e.index, m), e.size, e.dtype)
-        elif isinstance(e, Staged):
-            out = Staged(e.buffer, substitute(e.index, m), e.loop, e.dtype)
-        elif isinstance(e, Where):
-            bounds = tuple(Bound(substitute(b.index, m), b.lo, b.hi) for b in e.bounds)
-            out = Where(bounds, memo[e.then], memo[e.otherwise], e.dtype)
-        elif isinstance(e, Op):
-            out = Op(e.op, tuple(memo[a] for a in e.args), e.dtype)
-        elif isinstance(e, Acc) and acc is not None:
-            out = acc
-        else:
-            out = e
-        memo[e] = out
-    return [memo[r] for r in roots]
+    table = dict(replace or {})
+    if acc is not None:
+        table.update((e, acc) for e in schedule(roots) if isinstance(e, Acc) and e not in table)
+    return map_exprs(roots, table, lambda x: substitute(x, m))
 
 
 def upcast_axes(kernel: Kernel) -> tuple[Var | None, Var | None]:

@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from engine.devices.base import Device
 from engine.fileio import CacheWarning, UnsafeFileError, cache_root, read_bounded, set_aside, write_atomic
 from engine.kernel.ir import Kernel
@@ -36,8 +34,8 @@ def default_dir() -> Path:
 
 
 def driver(device: Device) -> str:
-    """What besides the device's name keys its entries: the OpenCL driver version, else numpy's version."""
-    return str(getattr(device, "driver_version", f"numpy {np.__version__}"))
+    """What besides the device's name keys its entries (``Device.driver_version``)."""
+    return str(device.driver_version)
 
 
 def key(kernel: Kernel, device: Device) -> str:

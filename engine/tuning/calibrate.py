@@ -56,8 +56,7 @@ KERNEL_LIMIT = 2000
 
 def nominal_overhead(device: Device) -> float:
     """The launch overhead the device's nominal roofline includes (subtracted before scaling)."""
-    nominal = getattr(device, "nominal", None)
-    return float(nominal.overhead if nominal is not None else getattr(device, "launch_overhead", 0.0))
+    return float(device.launch_overhead)
 
 
 def family(variant: Variant) -> str:
@@ -297,10 +296,8 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     kernels = {k: [DEFAULT_VARIANT] if k.key == tiny else family_variants(k, device)
                for k in micro_kernels() if device.supports(k)}
     probes = op_probes()
-    batch = getattr(device, "compile_many", None)
-    if batch is not None:  # one build of every micro-benchmark
-        batch([(k, v) for k, variants in kernels.items() for v in variants]
-              + [(k, family_variants(probes[1], device)[0]) for k in probes])
+    device.compile_many([(k, v) for k, variants in kernels.items() for v in variants]  # one build of every one
+                        + [(k, family_variants(probes[1], device)[0]) for k in probes])
     for kernel, variants in kernels.items():
         try:
             bench = Bench(device, kernel, arrays=_halves(kernel))

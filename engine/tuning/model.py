@@ -86,15 +86,13 @@ def _vector_count(loads: list[Load]) -> float:
 
 
 def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
-    """Predicted seconds of one launch of ``kernel`` in ``variant`` on ``device`` (its own ``predict`` if it has one)."""
-    own = getattr(device, "predict", None)
-    if own is not None:
-        return own(kernel, variant)
-    nominal = getattr(device, "nominal", None)
+    """Predicted seconds of one launch of ``kernel`` in ``variant`` on ``device``: a work-item roofline on its
+    ``nominal`` speeds, or its own ``predict`` when it has none."""
+    nominal = device.nominal
     if nominal is None or kernel.numel == 0:
-        return device.estimate(kernel)
-    gpu = bool(getattr(device, "is_gpu", False))
-    units = max(int(device.device.max_compute_units), 1)  # type: ignore[attr-defined]
+        return device.predict(kernel, variant)
+    gpu = device.is_gpu
+    units = nominal.units
     items = max(launch_size(kernel, variant)[0], 1)
     fill = min(1.0, items / (units * (2048 if gpu else 64)))
     w = work(kernel)
@@ -105,7 +103,7 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
     if kernel.stages and not gpu:
         # a CPU runtime (PoCL) vectorises across work items, not a loop inside one: a row kernel's ops (all in
         # its loops) run one lane wide (measured: 3x slower than the unfused chain, whose output kernel vectorises)
-        ops *= max(int(getattr(device.device, "preferred_vector_width_float", 1)), 1)  # type: ignore[attr-defined]
+        ops *= nominal.lanes
     seconds = max(w.bytes / nominal.bandwidth, items * loads * itemsize / cache_bandwidth, ops / nominal.throughput)
     if variant.local_size is not None and gpu and variant.local_size < 64:
         seconds *= 64 / variant.local_size  # small work-groups leave SIMD lanes idle
@@ -122,8 +120,8 @@ def candidates(kernel: Kernel, device: Device) -> list[Variant]:
     """The seeds and their neighbours that ``device`` can run (the default alone on devices without variants)."""
     from engine.tuning.space import neighbours, seeds
 
-    if not hasattr(device, "variant_error"):
+    if not device.tunable:
         return [DEFAULT_VARIANT]
-    pool = seeds(kernel, bool(getattr(device, "is_gpu", False)))
+    pool = seeds(kernel, device.is_gpu)
     pool += [n for v in list(pool) for n in neighbours(kernel, v)]
-    return [v for v in dict.fromkeys(pool) if device.variant_error(kernel, v) is None]  # type: ignore[attr-defined]
+    return [v for v in dict.fromkeys(pool) if device.variant_error(kernel, v) is None]

@@ -165,24 +165,22 @@ class _Search:
         return self.cancelled
 
     def stop(self) -> bool:
-        return self.cancelling() or self.left() <= 0 or len(self.trials) >= self.budget.variants or lost(self.device)
+        return self.cancelling() or self.left() <= 0 or len(self.trials) >= self.budget.variants or bool(self.device.lost)
 
     def run(self, bench: Bench, candidates: list[Variant]) -> None:
         """Build ``candidates`` together, then verify and time each (best predicted first) until the budget ends."""
-        batch = getattr(self.device, "compile_many", None)
         room = self.budget.variants - len(self.trials)
-        refuses = getattr(self.device, "variant_error", None)  # variants the device cannot run are not tried
         predicted = {v: self.model(self.kernel, self.device, v) for v in candidates if v not in self.trials
-                     and (refuses is None or refuses(self.kernel, v) is None)}
+                     and self.device.variant_error(self.kernel, v) is None}  # variants it cannot run are not tried
         candidates = sorted(predicted, key=lambda v: (predicted[v], v.tag))[: max(room, 0)]
         # before anything is timed the best predicted variant is built alone and timed first: a joint build of all
         # candidates (seconds on PoCL or a GPU driver) could use up the kernel's share before its first launch
         alone = 0 if self.ranked() else 1
-        total = self.budget.variants if tunable(self.device) else 1  # numpy and BLAS time one variant
+        total = self.budget.variants if self.device.tunable else 1  # numpy and BLAS time one variant
         for i, v in enumerate(candidates):
-            if i == alone and batch is not None and len(candidates) - alone > 1 and not self.stop():
+            if i == alone and len(candidates) - alone > 1 and not self.stop():
                 with contextlib.suppress(Exception):  # each variant's own compile() below records the failure
-                    batch([(self.kernel, w) for w in candidates[alone:]])
+                    self.device.compile_many([(self.kernel, w) for w in candidates[alone:]])
             if self.stop():
                 return
             guess = self.model(self.kernel, self.device, v)  # refitted by the trials before it
@@ -242,16 +240,6 @@ def _first_lines(text: str, n: int = 6) -> str:
     return "\n".join(text.strip().splitlines()[:n])
 
 
-def lost(device: Device) -> bool:
-    """Whether ``device`` stopped working (an OpenCL device sets ``lost`` to the reason)."""
-    return bool(getattr(device, "lost", None))
-
-
-def tunable(device: Device) -> bool:
-    """Whether ``device`` has variants to search (OpenCL devices do; numpy and blas run one default)."""
-    return hasattr(device, "variant_error")
-
-
 def tune(
     kernel: Kernel,
     device: Device,
@@ -299,11 +287,10 @@ def tune(
                                                _first_lines(f"upload: {e}"))
         return _result(kernel, device, search, state)
     try:
-        if not tunable(device):
+        if not device.tunable:
             search.run(bench, [DEFAULT_VARIANT])
         else:
-            gpu = bool(getattr(device, "is_gpu", False))
-            search.run(bench, seeds(kernel, gpu))
+            search.run(bench, seeds(kernel, device.is_gpu))
             best = search.ranked()[:1]
             while not search.stop():
                 beam = search.ranked()[: budget.beam]
@@ -319,7 +306,7 @@ def tune(
     finally:
         bench.close()
     result = _result(kernel, device, search, state)
-    if cache is not None and store and not result.cancelled and result.trials and not lost(device):
+    if cache is not None and store and not result.cancelled and result.trials and not device.lost:
         cache.put(kernel, device, result.to_json())
     return result
 
@@ -333,10 +320,7 @@ def _checked(result: TuneResult, kernel: Kernel, device: Device) -> TuneResult:
             raise ValueError(f"a trial took {t.seconds!r} seconds")
     if result.ok and not 0 <= result.seconds < math.inf:
         raise ValueError(f"the best variant took {result.seconds} seconds")
-    refuses = getattr(device, "variant_error", None)
-    why = refuses(kernel, result.best) if refuses is not None else None
-    if why is None and refuses is None and result.best != DEFAULT_VARIANT:
-        why = f"{device.name} has only the default variant"
+    why = device.variant_error(kernel, result.best)
     if why is not None:
         raise ValueError(f"its best variant {result.best} cannot run: {why}")
     return result
@@ -401,7 +385,7 @@ class Tuner:
         k = (kernel.key, device.name)
         if k in self.results or (first and k in self.first_looks):
             return self.results.get(k) or self.first_looks[k]
-        first = first and tunable(device)  # the others time their one variant anyway
+        first = first and device.tunable  # the others time their one variant anyway
         budget = replace(self.budget, variants=1) if first else self.budget
         result = tune(kernel, device, budget, self.cache, self.progress, self.cancel,
                       limit=min(self.budget.seconds, max(self.left, 0.0), share), model=self.predict,

@@ -221,7 +221,7 @@ def test_explorer_source(device):
     from engine.devices.native import generate
 
     k = big_kernels()["row_sum"]
-    assert generate(k, Variant(unroll=4)) == device.source([(k, Variant(unroll=4))])
+    assert generate(k, Variant(unroll=4)) == device.program_source([(k, Variant(unroll=4))])
     assert "int k_" in generate(k) and "reduction(+:acc0)" in generate(k, Variant(unroll=4))
 
 

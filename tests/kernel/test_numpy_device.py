@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import engine.devices.evaluate as ev
-from engine.devices.evaluate import evaluate, plan, read
+import engine.devices.chunk_eval as chunk_eval
+from engine.devices.chunk_eval import read
+from engine.devices.chunk_plan import CHUNK_ELEMENTS, Frame, plan
+from engine.devices.evaluate import evaluate, run
+from engine.devices.matmul import factor_order
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.egraph.egraph import Scalar
 from engine.kernel.index import Idx, Var, add, flatten, floordiv, lit, mod, scale, unflatten, var
@@ -128,13 +131,13 @@ def ref_reduce(op: str, x: np.ndarray, axes: Sequence[int], dtype: DType) -> np.
 def gathers(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Counts the evaluator's gathers (copies); affine unclamped loads must not make any."""
     calls: list[int] = []
-    original = ev._gather
+    original = chunk_eval._gather
 
     def counting(flat: np.ndarray, index: Any) -> np.ndarray:
         calls.append(np.size(index))
         return original(flat, index)
 
-    monkeypatch.setattr(ev, "_gather", counting)
+    monkeypatch.setattr(chunk_eval, "_gather", counting)
     return calls
 
 
@@ -238,7 +241,7 @@ def test_every_dtype_matches_eval_node(dtype: DType) -> None:
         )
         args = [vx.numpy(x)] if op in UNARY else [vx.numpy(x), vy.numpy(y)]
         want = ref_op(op, out_dt, *args)
-        for limit, threads in ((ev.CHUNK_ELEMENTS, 1), (7, 2)):  # one chunk; chunks of 7 on two threads
+        for limit, threads in ((CHUNK_ELEMENTS, 1), (7, 2)):  # one chunk; chunks of 7 on two threads
             (out,) = evaluate(k, [x, y], limit, threads)
             assert out.dtype == want.dtype, op
             if out_dt.is_float and op in ("exp2", "log2", "sin", "cos", "pow"):
@@ -266,7 +269,7 @@ def test_casts_and_consts(src: DType) -> None:
 def test_reduce_middle_axis(op: str, dtype: DType) -> None:
     x = data((3, 7, 5), dtype)
     k, _ = reduction(leaf(0, (3, 7, 5), dtype), [1], op)
-    for limit, threads in ((ev.CHUNK_ELEMENTS, 1), (4, 2), (4, 3)):
+    for limit, threads in ((CHUNK_ELEMENTS, 1), (4, 2), (4, 3)):
         (out,) = evaluate(k, [x], limit, threads, view_elements=limit)
         close(out, ref_reduce(op, x, [1], dtype), dtype)
 
@@ -555,7 +558,7 @@ def test_index_arithmetic_is_floor_semantics(coeffs: list[int], const: int, k: i
     vs = [Var("a", 5), Var("b", 4)]
     x = add(*(scale(var(v), c) for v, c in zip(vs, coeffs)), lit(const))
     exprs = [floordiv(x, k), mod(x, k), floordiv(add(scale(floordiv(x, k), 3), var(vs[0])), k2), mod(mod(x, k), k2)]
-    frame = ev.Frame({v: i for i, v in enumerate(vs)}, ((0, 5), (0, 4)))
+    frame = Frame({v: i for i, v in enumerate(vs)}, ((0, 5), (0, 4)))
     a, b = np.arange(5)[:, None], np.arange(4)[None, :]
     xv = coeffs[0] * a + coeffs[1] * b + const
     wants = [xv // k, xv % k, (3 * (xv // k) + a) // k2, (xv % k) % k2]
@@ -568,7 +571,7 @@ def test_index_arithmetic_is_floor_semantics(coeffs: list[int], const: int, k: i
 def test_no_intermediate_exceeds_the_chunk_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     """Materialised values (not views of the inputs) stay within ``max_elements``; views may span more."""
     sizes: list[int] = []
-    original = ev.eval_stage
+    original = chunk_eval.eval_stage
     k, xs = _pad_kernel()
     r, _ = reduction(leaf(0, (6, 10, 4)).permute((2, 0, 1)), [2], "sum", lambda acc, ix: Op("exp2", (acc,), F32))
     xr = data((6, 10, 4))
@@ -579,7 +582,7 @@ def test_no_intermediate_exceeds_the_chunk_limit(monkeypatch: pytest.MonkeyPatch
         sizes.extend(np.size(v) for v in held)
         return values
 
-    monkeypatch.setattr(ev, "eval_stage", recording)
+    monkeypatch.setattr(chunk_eval, "eval_stage", recording)
     evaluate(k, xs, 40)
     evaluate(r, [xr], 40)
     assert sizes and max(sizes) <= 40
@@ -624,7 +627,7 @@ def test_size_one_and_zero_dims_on_threads(shape: tuple[int, ...]) -> None:
     x = data(shape)
     k = elementwise([leaf(0, shape)], shape, lambda e: [Op("mul", (Op("relu", (e[0],), F32), e[0]), F32)])
     want = ref_op("mul", F32, ref_op("relu", F32, x), x)
-    for limit in (1, 2, ev.CHUNK_ELEMENTS):
+    for limit in (1, 2, CHUNK_ELEMENTS):
         np.testing.assert_array_equal(evaluate(k, [x], limit, 2)[0], want)
     for axes in ([0], [len(shape) - 1]):
         op = "max" if x.size else "sum"  # a max over nothing has no reference value
@@ -642,7 +645,7 @@ def test_outputs_written_straight_and_through_copies() -> None:
     assert p.slots[k.outputs[0]] == -1
     outs = [np.empty((6, 5), np.float32), np.asfortranarray(np.empty((6, 5), np.float32)), *[np.empty((6, 5), np.float32)] * 2]
     outs[3] = np.empty((6, 5), np.float32)
-    ev.run(p, [x], outs, threads=2)
+    run(p, [x], outs, threads=2)
     for o, want in zip(outs, [x * 2, x * 2, x, np.full((6, 5), 2.0, np.float32)]):
         np.testing.assert_array_equal(o, want)
 
@@ -656,7 +659,7 @@ def test_split_vars_turn_div_and_mod_into_views(gathers: list[int]) -> None:
     p = plan(k)
     assert p.kernel.shape == (3, 4) and all(load.index.is_affine for load in p.kernel.loads())
     i = np.arange(12)
-    for limit in (5, ev.CHUNK_ELEMENTS):
+    for limit in (5, CHUNK_ELEMENTS):
         np.testing.assert_array_equal(evaluate(k, [x], limit, 2)[0], -x[i // 4 + 3 * (i % 4)])
     assert gathers == []
 
@@ -681,7 +684,7 @@ def test_clamped_affine_loads_read_a_padded_copy(gathers: list[int]) -> None:
     assert any(load.clamped for load in k.loads()) and plan(k).pads == ((0, 1, 1),)
     xp = np.pad(x, 1)
     want = np.array([xp[j:j + 3] @ w for j in range(7)], np.float32)
-    for limit in (2, ev.CHUNK_ELEMENTS):
+    for limit in (2, CHUNK_ELEMENTS):
         close(evaluate(k, [x, w], limit, 2)[0], want, F32)
     assert gathers == []
 
@@ -702,7 +705,7 @@ def test_contraction_of_computed_factors(dtype: DType) -> None:
     assert plan(k, view_elements=None).factors is None
     h = np.maximum(a.astype(np.float64) + c, 0)
     want = (-(h @ b)).astype(dtype.numpy)
-    for max_elements in (ev.CHUNK_ELEMENTS, 8):
+    for max_elements in (CHUNK_ELEMENTS, 8):
         for device in (NumpyDevice(max_elements, threads=2, view_elements=max_elements, parallel_elements=0),):
             close(launch(device, k, [a, c, b])[0], want, dtype)
     close(evaluate(k, [a, c, b], view_elements=None)[0], want, dtype)
@@ -772,7 +775,7 @@ def test_streamed_sum_of_products_by_matmul(dtype: DType) -> None:
     assert plan(var_k).dot is not None and plan(var_k).factors is None  # a materialised factor: streamed
     assert plan(mixed).factors is not None and plan(mixed, view_elements=None).dot is not None
     for k, xs, want in cases:
-        for limit, threads in ((ev.CHUNK_ELEMENTS, 1), (5, 2)):  # the reduce split into blocks, on two threads
+        for limit, threads in ((CHUNK_ELEMENTS, 1), (5, 2)):  # the reduce split into blocks, on two threads
             close(evaluate(k, xs, limit, threads, view_elements=limit)[0], want.astype(dtype.numpy), dtype)
 
 
@@ -783,7 +786,7 @@ def test_contraction_epilogue_in_cache_sized_pieces() -> None:
     row = Load(2, var(gs[0]), 300, F32)
     out = Op("relu", (Op("sub", (Acc(F32), row), F32),), F32)
     k = Kernel((*mm.inputs, Buffer((300,), F32)), mm.shape, gs, mm.reduce, (out,))
-    assert ev.CHUNK_ELEMENTS < 300 * 260 and len(list(plan(k).chunks())) == 1
+    assert CHUNK_ELEMENTS < 300 * 260 and len(list(plan(k).chunks())) == 1
     a, b, c = data((300, 3)), data((3, 260)), data((300,))
     close(launch(LibraryDevice(), k, [a, b, c])[0], np.maximum(a @ b - c[:, None], 0), F32)
 
@@ -827,7 +830,7 @@ def test_epilogue_in_place_over_the_matmul(threads: int, epilogue: str) -> None:
         out = Op("cast", (Op("neg", (acc,), F32),), DType.F64)
         want = -h
     k = Kernel(mm.inputs, mm.shape, mm.vars, mm.reduce, (out,))
-    assert len(list(plan(k).chunks())) == 1 and ev.CHUNK_ELEMENTS < 300 * 260
+    assert len(list(plan(k).chunks())) == 1 and CHUNK_ELEMENTS < 300 * 260
     (got,) = launch(LibraryDevice(threads=threads, parallel_elements=0), k, [a, b])
     close(got, want.astype(got.dtype), F32)
 
@@ -843,7 +846,7 @@ def test_computed_factors_take_their_inputs_layout() -> None:
                    (Acc(F32),))
         p = plan(k)
         assert p.factors is not None
-        assert ev._factor_order(p, fa, p.spans[fa]) == ([2, 0] if stored_km else [0, 2])
+        assert factor_order(p, fa, p.spans[fa]) == ([2, 0] if stored_km else [0, 2])
         x, w = data((35,)), data((42,))
         am = np.exp2(x.astype(np.float64)).reshape((7, 5) if stored_km else (5, 7))
         want = (am.T if stored_km else am) @ w.reshape(7, 6)

@@ -9,7 +9,6 @@ whose size does not divide the row.
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -18,9 +17,11 @@ from hypothesis import strategies as st
 
 import sample_graphs
 from engine import Tensor, from_tensors, load
-from engine.devices.evaluate import evaluate, unfused
+from engine.devices.base import Nominal
+from engine.devices.evaluate import evaluate
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
-from engine.devices.opencl import Nominal, discover
+from engine.devices.opencl import discover
+from engine.devices.row_plan import unfused
 from engine.egraph import from_program, saturate
 from engine.kernel.cost import work
 from engine.kernel.index import Var, add, scale, var
@@ -272,10 +273,9 @@ def _unfused_and_row(program: Program) -> tuple[list[Kernel], Kernel]:
 class _GPU:
     """Just what the cost model reads of an OpenCL GPU: H200-like nominal numbers and limits."""
 
-    name, pool, is_gpu = "gpu", "gpu", True
+    name, pool, is_gpu, tunable = "gpu", "gpu", True, True
     nominal = Nominal(bandwidth=3.3e12, throughput=132 * 1.98e9 * 64, overhead=5e-6, transfer_bandwidth=20e9,
-                      transfer_overhead=1e-5)
-    device = SimpleNamespace(max_compute_units=132)
+                      transfer_overhead=1e-5, units=132, lanes=1)
 
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
         return None

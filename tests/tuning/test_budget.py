@@ -40,6 +40,7 @@ class Slow(NumpyDevice):
     launches: list[tuple[float, Variant]] = field(default_factory=list)
     """(clock before, variant) of every launch."""
     name: str = "slow"
+    tunable = True
 
     def __post_init__(self) -> None:
         super().__init__()

@@ -117,6 +117,8 @@ FAMILY_FACTORS = {"plain": 4.0, "unrolled": 2.0, "tiled": 1.0, "group": 0.5}
 class FamilyDevice(NumpyDevice):
     """A tunable device whose launches take the nominal model's time times its variant family's known factor."""
 
+    tunable = True
+
     def __init__(self) -> None:
         super().__init__(threads=1)
         self.name = "families"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from types import SimpleNamespace
 
-from engine.devices.opencl import Nominal
+from engine.devices.base import Nominal
 from engine.kernel.schedule import Variant, variant_error
 from engine.tuning.model import load_instructions, predict, suggest
 from engine.tuning.search import Trial, TuneResult
@@ -19,9 +19,9 @@ STAGED = Variant(local_size=512, upcast=4, tile=8, unroll=4, smem=32)
 def fake_gpu() -> SimpleNamespace:
     """What ``predict`` reads of an OpenCL GPU (an H200's unit count; nominal speeds as ``nominal`` gives)."""
     nominal = Nominal(bandwidth=4e12, throughput=132 * 1.98e9 * 64, overhead=5e-6, transfer_bandwidth=5e10,
-                      transfer_overhead=1e-5)
-    return SimpleNamespace(nominal=nominal, is_gpu=True, device=SimpleNamespace(max_compute_units=132),
-                           estimate=lambda k: 0.0, variant_error=variant_error)
+                      transfer_overhead=1e-5, units=132, lanes=1)
+    return SimpleNamespace(nominal=nominal, is_gpu=True, tunable=True, estimate=lambda k: 0.0,
+                           variant_error=variant_error)
 
 
 def test_gpu_seeds_start_with_staged_tiles():
