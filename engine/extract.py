@@ -931,6 +931,15 @@ class Why:
     chosen: tuple[Term, ...]
     rivals: tuple[Rival, ...]
 
+    def form_costs(self) -> dict[NodeId, float]:
+        """Each rival form's marginal DAG cost (what the plan would pay more, or less when negative, to make the
+        class with it): that of the cheapest rival through it."""
+        out: dict[NodeId, float] = {}
+        for rival in self.rivals:
+            for t in rival.via:
+                out.setdefault(t.node, rival.dag_cost - self.dag_cost)
+        return out
+
 
 class Explainer:
     """Answers ``why(cls)`` for one extraction, on the same problem (times, copies) the extractor solved."""

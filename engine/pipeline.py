@@ -27,7 +27,7 @@ import numpy as np
 from engine import units
 from engine.devices.base import DEFAULT_VARIANT, Device, Variant
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
-from engine.extract import EXTRACTORS, Explainer, Extraction, Pin, explainer
+from engine.extract import EXTRACTORS, Delta, Explainer, Extraction, Pin, compare, explainer
 from engine.kernel.attach import Attached, KernelNode, attach
 from engine.kernel.ir import Kernel
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
@@ -36,6 +36,7 @@ from engine.program.primitives import PrimGraph
 from engine.program.program import Program
 from engine.program.reference import evaluate
 from engine.program.values import check_inputs
+from engine.stages import Stage, StageView
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, suggest
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.links import Link, LinkCache, measured_links, transfer_time
@@ -44,9 +45,6 @@ from engine.tuning.search import HOPELESS, lost
 RIVALS_SHARE = 0.5
 """Rivals (the plan's kernels on other devices) are timed only while more than this share of the budget is left,
 so that a plan that changes because of them can still have its new launches timed."""
-
-STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
-
 
 @dataclass(frozen=True)
 class Options:
@@ -107,7 +105,7 @@ class Compilation:
 
     program: Program
     devices: tuple[Device, ...]
-    stage: str = "program"
+    stage: Stage = Stage.PROGRAM
     """The last stage done; the fields of later stages are still None."""
     egraph: EGraph | None = None
     """The e-graph as it ends up (kernel nodes included); earlier stages are its prefixes."""
@@ -147,10 +145,41 @@ class Compilation:
     plan: ExecPlan | None = None
     execution: Execution | None = None
     verification: Verification | None = None
+    _graphs: dict[object, EGraph] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The e-graphs of earlier stages, rebuilt once (``view``)."""
+    _explainer: Explainer | None = field(default=None, init=False, repr=False, compare=False)
 
     def done(self, stage: str) -> bool:
-        """Whether ``stage`` (one of STAGES) is available."""
-        return STAGES.index(stage) <= STAGES.index(self.stage)
+        """Whether ``stage`` (a Stage or its name) is available."""
+        return Stage(stage).order <= self.stage.order
+
+    def view(self, stage: str, iteration: int | None = None) -> StageView:
+        """What ``stage`` shows: its e-graph (for ``saturated``, after ``iteration`` iterations when given), and
+        the kernels, times, plan and explanations as of that stage."""
+        stage = Stage(stage)
+        return StageView(self, stage, iteration, self._egraph(stage, iteration))
+
+    def _egraph(self, stage: Stage, iteration: int | None) -> EGraph | None:
+        """The e-graph ``stage`` shows: ``egraph`` and ``saturated`` are prefixes of the final one (kept once
+        built: 8,000 classes take a while); None before that stage's e-graph is complete."""
+        if stage == Stage.EGRAPH and self.egraph is not None:
+            key: object = stage
+            build = lambda: self.egraph.prefix(*self.lowered)  # type: ignore[union-attr]  # noqa: E731
+        elif stage == Stage.SATURATED and self.saturation is not None:
+            done = len(self.saturation.iterations)
+            key = (stage, done if iteration is None else min(iteration, done))
+            build = lambda: self.saturation.snapshot(key[1])  # type: ignore[union-attr,index]  # noqa: E731
+        else:
+            return self.egraph if stage.shows(Stage.KERNELIZED) and self.attached is not None else None
+        if key not in self._graphs:
+            self._graphs[key] = build()
+        return self._graphs[key]
+
+    def explainer(self) -> Explainer:
+        """Why each class of the plan is made as it is (``explain``), kept while the extraction stays the same."""
+        if self._explainer is None or self._explainer.extraction is not self.extraction:
+            self._explainer = explain(self)
+        return self._explainer
 
     def plan_kernels(self) -> list[KernelNode]:
         """The kernel nodes the extraction chose, inputs before their users."""
@@ -204,10 +233,10 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
     yield c
     c.egraph = from_program(program)
     c.lowered = (c.egraph.num_added, len(c.egraph.unions))
-    c.stage = "egraph"
+    c.stage = Stage.EGRAPH
     yield c
     c.saturation = Runner(default_rules(fast_math=options.fast_math), options.limits).run(c.egraph)
-    c.stage = "saturated"
+    c.stage = Stage.SATURATED
     yield c
     c.kernelization = kernelize(c.egraph, options.max_root_forms)
     c.attached = attach(c.kernelization, devices)
@@ -216,7 +245,7 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         param = c.egraph.node(n).param
         c.estimates[param] = by_name[param.device].estimate(c.kernelization.candidates[param.candidate].kernel)
     c.kernel_times = dict(c.estimates)
-    c.stage = "kernelized"
+    c.stage = Stage.KERNELIZED
     yield c
     c.extractor = options.extractor
     began = time.perf_counter()
@@ -231,14 +260,14 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         c.calibrations = Calibrations(persist=options.tune_cache, fit=False)  # stored fits if any; no device runs without tuning
         predict_all(c, c.calibrations.predict)
     c.tune_seconds = time.perf_counter() - began
-    c.stage = "tuned"
+    c.stage = Stage.TUNED
     yield c
     extract(c)
-    c.stage = "plan"
+    c.stage = Stage.PLAN
     yield c
     if options.execute:
         run(c)
-        c.stage = "executed"
+        c.stage = Stage.EXECUTED
         yield c
 
 
@@ -362,13 +391,43 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
                         lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
 
 
-def what_if(c: Compilation, pins: Mapping[ClassId, Pin]) -> Compilation:
-    """A copy of planned compilation ``c`` re-extracted under ``pins``, not run; ``c`` is untouched (the copy
-    has its own kernel times and problems, which running it may change)."""
-    copy = dataclasses.replace(c, stage="plan", extraction=None, plan=None, execution=None, verification=None,
-                               kernel_times=dict(c.kernel_times), problems=list(c.problems))
+@dataclass(frozen=True)
+class WhatIf:
+    """A planned compilation re-extracted under pins, beside the compilation it changes."""
+
+    base: Compilation
+    compilation: Compilation
+    """A copy of ``base`` at the ``plan`` stage with the pinned extraction and plan, not run."""
+    delta: Delta
+    """``compare(base's extraction, the pinned one)``: the DAG and tree cost deltas and the values changed."""
+
+    @property
+    def extraction(self) -> Extraction:
+        assert self.compilation.extraction is not None
+        return self.compilation.extraction
+
+    @property
+    def predicted(self) -> tuple[float, float]:
+        """Seconds predicted for (the base plan, the what-if plan)."""
+        assert self.base.plan is not None and self.compilation.plan is not None
+        return self.base.plan.predicted, self.compilation.plan.predicted
+
+
+def what_if(c: Compilation, pins: Mapping[ClassId, Pin]) -> WhatIf:
+    """Planned compilation ``c`` re-extracted under ``pins``, not run; ``c`` is untouched.
+
+    The copy shares only what no later step changes (the program, devices, e-graph, kernelization, tuning
+    results, cost models); its times, variants, problems and caches are its own, so that running it (which may
+    re-plan around a failing kernel) leaves ``c`` as it was.  Raises ExtractionError when no plan honours the
+    pins."""
+    assert c.extraction is not None and c.done(Stage.PLAN)
+    copy = dataclasses.replace(  # the private caches (e-graph snapshots, explainer) start empty
+        c, stage=Stage.PLAN, estimates=dict(c.estimates), kernel_times=dict(c.kernel_times), variants=dict(c.variants),
+        tuning=dict(c.tuning), links=dict(c.links), skipped=dict(c.skipped), problems=list(c.problems),
+        extraction=None, plan=None, execution=None, verification=None)
     extract(copy, pins)
-    return copy
+    assert copy.extraction is not None
+    return WhatIf(c, copy, compare(c.extraction, copy.extraction))
 
 
 @dataclass(frozen=True)
