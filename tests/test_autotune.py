@@ -18,7 +18,6 @@ import pytest
 
 import sample_graphs
 from engine import load
-from engine.autotune import FAILED, OK, WRONG, Budget, CacheWarning, Tuner, TuneResult, predict, suggest, tune
 from engine.devices import LibraryDevice, NumpyDevice
 from engine.devices.base import DEFAULT_VARIANT, Variant
 from engine.devices.opencl import discover
@@ -27,6 +26,7 @@ from engine.kernel.index import Var, add, flatten, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce
 from engine.pipeline import Options, compile_program
 from engine.program.dtypes import DType
+from engine.tuning import FAILED, OK, WRONG, Budget, CacheWarning, Tuner, TuneResult, predict, suggest, tune
 from engine.tuning.cache import TuneCache
 from engine.tuning.measure import poison
 
