@@ -384,7 +384,7 @@ SERIALIZE_DESCRIPTION = ("Compile FILE up to a stage and write its e-graph as eg
 def _serialize_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="the graph.json file")
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="the JSON file to write")
-    parser.add_argument("--stage", choices=SERIALIZED_STAGES, default="tuned", help="the stage (default tuned)")
+    parser.add_argument("--stage", choices=SERIALIZED_STAGES, default=Stage.TUNED.value, help="the stage (default tuned)")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
     _compile_arguments(parser)
 
@@ -396,7 +396,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
         return _error(err, problem)
     program = load_program(args.file, args)
     options = _options(args)
-    with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
+    with err.status("compiling" + (" (and tuning)" if args.stage == Stage.TUNED and options.tune else "")):
         for c in compile_stages(program, _devices(args, err), options):
             if c.stage == args.stage:
                 break

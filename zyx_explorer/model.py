@@ -498,7 +498,7 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
         trials = sum(len(r.trials) for r in c.tuning.values())
         hits = sum(r.cache == "hit" for r in c.tuning.values())
         out["tuning"] = f"{plural(len(c.tuning), 'kernel')} tuned, {plural(trials, 'variant')} tried, {hits} from the cache"
-    elif c.done("tuned"):
+    elif c.done(Stage.TUNED):
         out["tuning"] = "not tuned: cost-model predictions"
     if c.plan is not None:
         launches = len(c.plan.launches())
