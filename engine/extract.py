@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from engine import units
 from engine.devices.base import HOST
 from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.kernel.attach import KernelNode
@@ -1041,7 +1042,7 @@ class Delta:
         return self.dag / self.before_dag if self.before_dag else 0.0
 
     def __str__(self) -> str:
-        return f"{self.dag * 1e6:+.3f} µs ({self.relative:+.1%}), {len(self.changed)} value(s) changed"
+        return f"{units.seconds(self.dag, signed=True)} ({self.relative:+.1%}), {units.plural(len(self.changed), 'value')} changed"
 
 
 def compare(before: Extraction, after: Extraction) -> Delta:
