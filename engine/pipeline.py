@@ -145,7 +145,7 @@ class Compilation:
     plan: ExecPlan | None = None
     execution: Execution | None = None
     verification: Verification | None = None
-    _graphs: dict[object, EGraph] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _graphs: dict[tuple[Stage, int], EGraph] = field(default_factory=dict, init=False, repr=False, compare=False)
     """The e-graphs of earlier stages, rebuilt once (``view``)."""
     _explainer: Explainer | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -163,16 +163,16 @@ class Compilation:
         """The e-graph ``stage`` shows: ``egraph`` and ``saturated`` are prefixes of the final one (kept once
         built: 8,000 classes take a while); None before that stage's e-graph is complete."""
         if stage == Stage.EGRAPH and self.egraph is not None:
-            key: object = stage
-            build = lambda: self.egraph.prefix(*self.lowered)  # type: ignore[union-attr]  # noqa: E731
+            key: tuple[Stage, int] = (stage, 0)
+            if key not in self._graphs:
+                self._graphs[key] = self.egraph.prefix(*self.lowered)
         elif stage == Stage.SATURATED and self.saturation is not None:
             done = len(self.saturation.iterations)
             key = (stage, done if iteration is None else min(iteration, done))
-            build = lambda: self.saturation.snapshot(key[1])  # type: ignore[union-attr,index]  # noqa: E731
+            if key not in self._graphs:
+                self._graphs[key] = self.saturation.snapshot(key[1])
         else:
             return self.egraph if stage.shows(Stage.KERNELIZED) and self.attached is not None else None
-        if key not in self._graphs:
-            self._graphs[key] = build()
         return self._graphs[key]
 
     def explainer(self) -> Explainer:
