@@ -14,9 +14,9 @@ import time
 
 import sample_graphs
 from engine import load
-from engine.autotune import FAILED, WRONG, Budget, predict, tune
 from engine.devices.opencl import discover
 from engine.pipeline import Options, compile_program
+from engine.tuning import FAILED, WRONG, Budget, predict, tune
 
 DEFAULT = ["elementwise", "softmax", "layernorm", "sum", "matmul"]
 

@@ -29,7 +29,7 @@ def main() -> None:
         out = next(iter(c.egraph.output_classes().values()))
         slow = max((n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"),
                    key=lambda n: c.kernel_times[c.egraph.node(n).param])
-        r = run_what_if(c, what_if(c, Pins().node(c.egraph, slow, c.kernelization)), args.repeats)
+        r = run_what_if(c, what_if(c, Pins().node(c.egraph, slow, c.kernelization)).compilation, args.repeats)
         s = units.seconds
         print(f"{name}: c{out} pinned to n{slow}: predicted {s(r.predicted[0])} -> {s(r.predicted[1])} "
               f"({s(r.predicted_delta, signed=True)}); measured {s(r.measured[0])} -> {s(r.measured[1])} "

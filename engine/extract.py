@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
+from engine import units
 from engine.egraph.egraph import ClassId, EGraph, NodeId
 from engine.kernel.attach import KernelNode
 from engine.kernel.ir import HOST
@@ -931,6 +932,15 @@ class Why:
     chosen: tuple[Term, ...]
     rivals: tuple[Rival, ...]
 
+    def form_costs(self) -> dict[NodeId, float]:
+        """Each rival form's marginal DAG cost (what the plan would pay more, or less when negative, to make the
+        class with it): that of the cheapest rival through it."""
+        out: dict[NodeId, float] = {}
+        for rival in self.rivals:
+            for t in rival.via:
+                out.setdefault(t.node, rival.dag_cost - self.dag_cost)
+        return out
+
 
 class Explainer:
     """Answers ``why(cls)`` for one extraction, on the same problem (times, copies) the extractor solved."""
@@ -1032,7 +1042,7 @@ class Delta:
         return self.dag / self.before_dag if self.before_dag else 0.0
 
     def __str__(self) -> str:
-        return f"{self.dag * 1e6:+.3f} µs ({self.relative:+.1%}), {len(self.changed)} value(s) changed"
+        return f"{units.seconds(self.dag, signed=True)} ({self.relative:+.1%}), {units.plural(len(self.changed), 'value')} changed"
 
 
 def compare(before: Extraction, after: Extraction) -> Delta:

@@ -27,7 +27,7 @@ import numpy as np
 from engine import units
 from engine.devices.base import Device, Link
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
-from engine.extract import EXTRACTORS, Explainer, Extraction, Pin, explainer
+from engine.extract import EXTRACTORS, Delta, Explainer, Extraction, Pin, Why, compare, explainer
 from engine.kernel.attach import Attached, KernelNode, attach
 from engine.kernel.ir import Kernel
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
@@ -37,6 +37,8 @@ from engine.program.primitives import PrimGraph
 from engine.program.program import Program
 from engine.program.reference import evaluate
 from engine.program.values import check_inputs
+from engine.stages import Stage
+from engine.timeline import Timeline, timeline
 from engine.tuning import Budget, CancelFn, ProgressFn, Tuner, TuneResult, suggest
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.links import LinkCache, measured_links, transfer_time
@@ -45,9 +47,6 @@ from engine.tuning.search import HOPELESS
 RIVALS_SHARE = 0.5
 """Rivals (the plan's kernels on other devices) are timed only while more than this share of the budget is left,
 so that a plan that changes because of them can still have its new launches timed."""
-
-STAGES = ("program", "egraph", "saturated", "kernelized", "tuned", "plan", "executed")
-
 
 @dataclass(frozen=True)
 class Options:
@@ -108,7 +107,7 @@ class Compilation:
 
     program: Program
     devices: tuple[Device, ...]
-    stage: str = "program"
+    stage: Stage = Stage.PROGRAM
     """The last stage done; the fields of later stages are still None."""
     egraph: EGraph | None = None
     """The e-graph as it ends up (kernel nodes included); earlier stages are its prefixes."""
@@ -148,10 +147,41 @@ class Compilation:
     plan: ExecPlan | None = None
     execution: Execution | None = None
     verification: Verification | None = None
+    _graphs: dict[tuple[Stage, int], EGraph] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """The e-graphs of earlier stages, rebuilt once (``view``)."""
+    _explainer: Explainer | None = field(default=None, init=False, repr=False, compare=False)
 
     def done(self, stage: str) -> bool:
-        """Whether ``stage`` (one of STAGES) is available."""
-        return STAGES.index(stage) <= STAGES.index(self.stage)
+        """Whether ``stage`` (a Stage or its name) is available."""
+        return Stage(stage).order <= self.stage.order
+
+    def view(self, stage: str, iteration: int | None = None) -> StageView:
+        """What ``stage`` shows: its e-graph (for ``saturated``, after ``iteration`` iterations when given), and
+        the kernels, times, plan and explanations as of that stage."""
+        stage = Stage(stage)
+        return StageView(self, stage, iteration, self._egraph(stage, iteration))
+
+    def _egraph(self, stage: Stage, iteration: int | None) -> EGraph | None:
+        """The e-graph ``stage`` shows: ``egraph`` and ``saturated`` are prefixes of the final one (kept once
+        built: 8,000 classes take a while); None before that stage's e-graph is complete."""
+        if stage == Stage.EGRAPH and self.egraph is not None:
+            key: tuple[Stage, int] = (stage, 0)
+            if key not in self._graphs:
+                self._graphs[key] = self.egraph.prefix(*self.lowered)
+        elif stage == Stage.SATURATED and self.saturation is not None:
+            done = len(self.saturation.iterations)
+            key = (stage, done if iteration is None else min(iteration, done))
+            if key not in self._graphs:
+                self._graphs[key] = self.saturation.snapshot(key[1])
+        else:
+            return self.egraph if stage.shows(Stage.KERNELIZED) and self.attached is not None else None
+        return self._graphs[key]
+
+    def explainer(self) -> Explainer:
+        """Why each class of the plan is made as it is (``explain``), kept while the extraction stays the same."""
+        if self._explainer is None or self._explainer.extraction is not self.extraction:
+            self._explainer = explain(self)
+        return self._explainer
 
     def plan_kernels(self) -> list[KernelNode]:
         """The kernel nodes the extraction chose, inputs before their users."""
@@ -205,10 +235,10 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
     yield c
     c.egraph = from_program(program)
     c.lowered = (c.egraph.num_added, len(c.egraph.unions))
-    c.stage = "egraph"
+    c.stage = Stage.EGRAPH
     yield c
     c.saturation = Runner(default_rules(fast_math=options.fast_math), options.limits).run(c.egraph)
-    c.stage = "saturated"
+    c.stage = Stage.SATURATED
     yield c
     c.kernelization = kernelize(c.egraph, options.max_root_forms)
     c.attached = attach(c.kernelization, devices)
@@ -217,7 +247,7 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         param = c.egraph.node(n).param
         c.estimates[param] = by_name[param.device].estimate(c.kernelization.candidates[param.candidate].kernel)
     c.kernel_times = dict(c.estimates)
-    c.stage = "kernelized"
+    c.stage = Stage.KERNELIZED
     yield c
     c.extractor = options.extractor
     began = time.perf_counter()
@@ -232,14 +262,14 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         c.calibrations = Calibrations(persist=options.tune_cache, fit=False)  # stored fits if any; no device runs without tuning
         predict_all(c, c.calibrations.predict)
     c.tune_seconds = time.perf_counter() - began
-    c.stage = "tuned"
+    c.stage = Stage.TUNED
     yield c
     extract(c)
-    c.stage = "plan"
+    c.stage = Stage.PLAN
     yield c
     if options.execute:
         run(c)
-        c.stage = "executed"
+        c.stage = Stage.EXECUTED
         yield c
 
 
@@ -363,13 +393,43 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
                         lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
 
 
-def what_if(c: Compilation, pins: Mapping[ClassId, Pin]) -> Compilation:
-    """A copy of planned compilation ``c`` re-extracted under ``pins``, not run; ``c`` is untouched (the copy
-    has its own kernel times and problems, which running it may change)."""
-    copy = dataclasses.replace(c, stage="plan", extraction=None, plan=None, execution=None, verification=None,
-                               kernel_times=dict(c.kernel_times), problems=list(c.problems))
+@dataclass(frozen=True)
+class WhatIf:
+    """A planned compilation re-extracted under pins, beside the compilation it changes."""
+
+    base: Compilation
+    compilation: Compilation
+    """A copy of ``base`` at the ``plan`` stage with the pinned extraction and plan, not run."""
+    delta: Delta
+    """``compare(base's extraction, the pinned one)``: the DAG and tree cost deltas and the values changed."""
+
+    @property
+    def extraction(self) -> Extraction:
+        assert self.compilation.extraction is not None
+        return self.compilation.extraction
+
+    @property
+    def predicted(self) -> tuple[float, float]:
+        """Seconds predicted for (the base plan, the what-if plan)."""
+        assert self.base.plan is not None and self.compilation.plan is not None
+        return self.base.plan.predicted, self.compilation.plan.predicted
+
+
+def what_if(c: Compilation, pins: Mapping[ClassId, Pin]) -> WhatIf:
+    """Planned compilation ``c`` re-extracted under ``pins``, not run; ``c`` is untouched.
+
+    The copy shares only what no later step changes (the program, devices, e-graph, kernelization, tuning
+    results, cost models); its times, variants, problems and caches are its own, so that running it (which may
+    re-plan around a failing kernel) leaves ``c`` as it was.  Raises ExtractionError when no plan honours the
+    pins."""
+    assert c.extraction is not None and c.done(Stage.PLAN)
+    copy = dataclasses.replace(  # the private caches (e-graph snapshots, explainer) start empty
+        c, stage=Stage.PLAN, estimates=dict(c.estimates), kernel_times=dict(c.kernel_times), variants=dict(c.variants),
+        tuning=dict(c.tuning), links=dict(c.links), skipped=dict(c.skipped), problems=list(c.problems),
+        extraction=None, plan=None, execution=None, verification=None)
     extract(copy, pins)
-    return copy
+    assert copy.extraction is not None
+    return WhatIf(c, copy, compare(c.extraction, copy.extraction))
 
 
 @dataclass(frozen=True)
@@ -527,3 +587,77 @@ def verify(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray
             diff = np.where(same, 0.0, np.nan_to_num(np.abs(a - b), nan=np.inf))
         checks.append(OutputCheck(name, float(diff.max(initial=0.0)), rtol, bound, bool(same.all())))
     return Verification(tuple(checks))
+
+
+@dataclass(frozen=True)
+class StageView:
+    """A compilation as of one stage, which the explorer, the exporters and the CLI all read (which e-graph a
+    stage shows, which kernel times count and whether there is a plan are decided here, once): what later stages made is hidden, what this stage and earlier ones made is
+    shown as it is now (a stage still running shows its progress: tuning fills ``kernel_times`` live).
+
+    The e-graph is the stage's own (``egraph`` and ``saturated`` are prefixes of the final one, taken once and kept
+    by the compilation; ``iteration`` picks a saturation iteration), None before the e-graph or before the stage's
+    e-graph is complete."""
+
+    compilation: Compilation
+    stage: Stage
+    iteration: int | None
+    egraph: EGraph | None
+
+    @property
+    def kernelization(self) -> Kernelization | None:
+        return self.compilation.kernelization if self.stage.shows(Stage.KERNELIZED) else None
+
+    @property
+    def estimated(self) -> bool:
+        """Whether ``kernel_times`` are the devices' nominal estimates (before tuning)."""
+        return not self.stage.shows(Stage.TUNED)
+
+    @property
+    def kernel_times(self) -> Mapping[KernelNode, float]:
+        """Seconds of each kernel node: nominal estimates at ``kernelized``, tuned or predicted from ``tuned`` on."""
+        c = self.compilation
+        if not self.stage.shows(Stage.KERNELIZED):
+            return {}
+        return c.estimates if self.estimated else c.kernel_times
+
+    @property
+    def tuning(self) -> Mapping[KernelNode, TuneResult]:
+        return {} if self.estimated else self.compilation.tuning
+
+    def variant(self, kn: KernelNode) -> Variant:
+        """The variant kernel node ``kn`` launches with as of this stage (the default before tuning)."""
+        return DEFAULT_VARIANT if self.estimated else self.compilation.variants.get(kn, DEFAULT_VARIANT)
+
+    def measured(self, kn: KernelNode) -> bool:
+        """Whether ``kn``'s time in ``kernel_times`` was measured (tuned), not predicted or estimated."""
+        return not self.estimated and self.compilation.measured(kn)
+
+    @property
+    def extraction(self) -> Extraction | None:
+        return self.compilation.extraction if self.stage.shows(Stage.PLAN) else None
+
+    @property
+    def plan(self) -> ExecPlan | None:
+        return self.compilation.plan if self.stage.shows(Stage.PLAN) else None
+
+    @property
+    def execution(self) -> Execution | None:
+        return self.compilation.execution if self.stage.shows(Stage.EXECUTED) else None
+
+    @property
+    def verification(self) -> Verification | None:
+        return self.compilation.verification if self.stage.shows(Stage.EXECUTED) else None
+
+    def timeline(self) -> Timeline | None:
+        """The plan's timeline (measured once executed); None without a plan."""
+        plan = self.plan
+        return None if plan is None else timeline(plan, self.execution, self.compilation.devices)
+
+    def why(self, cid: ClassId) -> Why | None:
+        """Why class ``cid`` is made as it is in the plan (DAG cost, as the extractor decided); None without one."""
+        if self.extraction is None:
+            return None
+        c = self.compilation
+        assert c.egraph is not None
+        return c.explainer().why(c.egraph.find(cid))

@@ -18,7 +18,6 @@ import pytest
 
 import sample_graphs
 from engine import load
-from engine.autotune import FAILED, OK, WRONG, Budget, Tuner, TuneResult, predict, suggest, tune
 from engine.devices import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
 from engine.fileio import CacheWarning
@@ -29,6 +28,7 @@ from engine.kernel.render.base import CStyleEmitter
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
 from engine.program.dtypes import DType
+from engine.tuning import FAILED, OK, WRONG, Budget, Tuner, TuneResult, predict, suggest, tune
 from engine.tuning.cache import TuneCache
 from engine.tuning.measure import poison
 

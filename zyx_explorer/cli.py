@@ -18,39 +18,55 @@ differ from the reference interpreter, 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
 import tempfile
 import time
 import warnings
-from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 import sample_graphs
-from engine import GraphError, Program, load, units
-from engine.egraph import (
-    CONGRUENCE,
-    EGraph,
+from engine import (
+    EXTRACTORS,
+    FORMATS,
+    Budget,
+    ExportOptions,
+    GraphError,
     Limits,
+    Options,
+    Program,
     Runner,
-    Saturation,
-    SemanticReport,
+    SizeLimits,
+    Stage,
+    check_memory,
     check_semantics,
+    compile_program,
+    compile_stages,
     default_rules,
-    explain,
+    detect,
+    discover,
+    egraph_document,
+    export_all,
+    extract_all,
     from_program,
+    load,
+    load_onnx,
+    load_serialized,
+    problem_document,
     random_inputs,
     special_inputs,
+    stage_names,
+    units,
+    write_atomic,
 )
-from engine.extract import EXTRACTORS
-from engine.program.loader import SizeLimits
-from zyx_explorer import __version__
+from zyx_explorer import __version__, compile_cmd, render, serve, why_cmd
 
 EXIT_DISAGREEMENT = 1
 EXIT_BAD_INPUT = 2
@@ -59,7 +75,6 @@ EXIT_INTERRUPTED = 130
 
 SEMANTIC_MAX_ELEMENTS = 1 << 22
 """Forms bigger than this are not materialised by the semantic check (they are counted as skipped)."""
-SHOWN_DISAGREEMENTS = 10
 
 
 def _main_parser() -> argparse.ArgumentParser:
@@ -131,11 +146,7 @@ def _npy_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
 def load_program(path: Path, args: argparse.Namespace, runs: bool = True) -> Program:
     """A graph.json file, or an ONNX model (by its .onnx suffix) imported with ``args.dim``; when it ``runs``
     here, also checked to fit in the memory available."""
-    from engine.program.memory import check_memory
-
     if path.suffix.lower() == ".onnx":
-        from engine import load_onnx
-
         program = load_onnx(path, dict(args.dim))
     elif args.dim:
         raise GraphError("--dim is for ONNX models (.onnx files) only", source=str(path))
@@ -148,8 +159,6 @@ def load_program(path: Path, args: argparse.Namespace, runs: bool = True) -> Pro
 
 def _devices(args: argparse.Namespace, err: Console) -> list:
     """The devices the options allow; why one kind is missing (no C compiler) is printed as a note."""
-    from engine.devices import discover
-
     notes: list[str] = []
     devices = discover(opencl=not args.no_opencl, native=not args.no_native, notes=notes, cuda=not args.no_cuda)
     for note in notes:
@@ -157,10 +166,7 @@ def _devices(args: argparse.Namespace, err: Console) -> list:
     return devices
 
 
-def _options(args: argparse.Namespace):
-    from engine.pipeline import Options
-    from engine.tuning import Budget
-
+def _options(args: argparse.Namespace) -> Options:
     default = Options().tune_budget
     total = default.total if args.budget is None else args.budget
     budget = Budget(variants=args.tune_variants, seconds=min(default.seconds, total), total=total)
@@ -193,14 +199,13 @@ def _seconds(text: str) -> float:
 SEMANTIC_OPTIONS = ("fast_math", "seed", "iterations", "nodes", "seconds")
 
 
-def _check_parser() -> argparse.ArgumentParser:
+CHECK_DESCRIPTION = ("Validate a graph.json file and summarise it. With --semantic, also lower it to an e-graph, "
+                     "saturate it with the rewrite rules and check that every form of every class computes the same values "
+                     "on random inputs (exit 1 if any disagree: a rule is unsound).")
+
+
+def _check_arguments(parser: argparse.ArgumentParser) -> None:
     limits = Limits()
-    parser = argparse.ArgumentParser(
-        prog="zyx-explore check",
-        description="Validate a graph.json file and summarise it. With --semantic, also lower it to an e-graph, "
-        "saturate it with the rewrite rules and check that every form of every class computes the same values "
-        "on random inputs (exit 1 if any disagree: a rule is unsound).",
-    )
     parser.add_argument("file", type=Path, help="the graph.json file (or an ONNX model)")
     _dim_argument(parser)
     _npy_argument(parser)
@@ -216,18 +221,15 @@ def _check_parser() -> argparse.ArgumentParser:
                           help=f"stop saturating beyond N e-nodes (default {limits.nodes})")
     semantic.add_argument("--seconds", type=_seconds, default=None, metavar="S",
                           help=f"stop saturating after S seconds (default {limits.seconds:g})")
-    return parser
 
 
-def _parse_check(argv: Sequence[str]) -> argparse.Namespace:
-    parser = _check_parser()
-    args = parser.parse_args(argv)
+def _check_needs_semantic(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The semantic check's options without ``--semantic``: a usage error."""
     if not args.semantic:
         given = [name for name in SEMANTIC_OPTIONS if getattr(args, name) not in (None, False)]
         if given:
             names = ", ".join("--" + name.replace("_", "-") for name in given)
             parser.error(f"{names} {'needs' if len(given) == 1 else 'need'} --semantic")
-    return args
 
 
 def default_file() -> Path:
@@ -235,57 +237,12 @@ def default_file() -> Path:
     return sample_graphs.path(sample_graphs.DEFAULT)
 
 
-def summary(program: Program, source: Path) -> list[Table | str]:
-    """The renderables ``check`` prints: inputs, outputs, op counts and totals."""
-    title = program.name or source.name
-    head = f"[bold]{escape(title)}[/bold]" + (f": {escape(program.description)}" if program.description else "")
-    inputs = Table("input", "shape", "dtype", "init", title="Inputs", title_justify="left")
-    for i in program.inputs:
-        params = ", ".join(f"{k}={v}" for k, v in i.init.params.items() if k != "values")
-        inputs.add_row(escape(i.name), units.shape(i.shape), str(i.dtype), escape(f"{i.init.kind}({params})"))
-    types = program.types()
-    outputs = Table("output", "shape", "dtype", title="Outputs", title_justify="left")
-    for name in program.outputs:
-        shape, dtype = types[name]
-        outputs.add_row(escape(name), units.shape(shape), str(dtype))
-    ops = Table("op", "count", title="Ops", title_justify="left")
-    for op, count in sorted(Counter(n.op for n in program.nodes).items(), key=lambda kv: (-kv[1], kv[0])):
-        ops.add_row(op, str(count))
-    prims = program.lower()
-    live = len(program.live_nodes())
-    dead = len(program.nodes) - live
-    totals = (
-        f"{units.plural(len(program.inputs), 'input')} ({units.nbytes(program.parameter_bytes())}), "
-        f"{units.plural(len(program.nodes), 'node')}"
-        + (f" ({dead} not used by any output)" if dead else "")
-        + f", {units.plural(len(prims.nodes), 'primitive op')} after lowering"
-    )
-    return [head, inputs, outputs, ops, totals]
-
-
-def foreign_summary(fg) -> list[Table | str]:
-    """The renderables ``check`` prints for an egraph-serialize file: sizes, roots, ops, costs."""
-    title = f"[bold]{fg.source}[/bold]: an egraph-serialize e-graph"
-    roots = ", ".join(fg.root_name(r) for r in fg.roots)
-    ops = Table("op", "nodes", title="Ops", title_justify="left")
-    for op, count in Counter(n.op for n in fg.nodes.values()).most_common(12):
-        ops.add_row(op, str(count))
-    costs = [n.cost for n in fg.nodes.values()]
-    subsumed = sum(n.subsumed for n in fg.nodes.values())
-    totals = (f"{units.plural(len(fg.nodes), 'node')} in {units.plural(len(fg.classes), 'class', 'classes')}, "
-              f"roots ({fg.roots_from}): {roots or 'none'}; node costs {min(costs, default=0):g} to "
-              f"{max(costs, default=0):g}" + (f"; {subsumed} subsumed" if subsumed else ""))
-    return [title, ops, totals]
-
-
 def _check_foreign(args: argparse.Namespace, console: Console) -> int:
     """``check`` on an egraph-serialize file: parse it (a located message on error) and summarise it."""
-    from engine.interop import load_serialized
-
     if args.semantic:
         raise GraphError("--semantic checks a graph.json program's rewrites; this is an egraph-serialize e-graph "
                          "(zyx-explore extract FILE runs the extractors on it)", source=str(args.file))
-    for item in foreign_summary(load_serialized(args.file)):
+    for item in render.foreign_summary(load_serialized(args.file)):
         console.print(item)
     console.print(f"[green]ok[/green]: {args.file} is a valid egraph-serialize e-graph "
                   "(zyx-explore FILE opens it, zyx-explore extract FILE runs the extractors)")
@@ -293,12 +250,10 @@ def _check_foreign(args: argparse.Namespace, console: Console) -> int:
 
 
 def _check(args: argparse.Namespace, console: Console, err: Console) -> int:
-    from engine.interop import detect
-
     if args.file.suffix.lower() != ".onnx" and detect(args.file) == "egraph-serialize":
         return _check_foreign(args, console)
     program = load_program(args.file, args, runs=args.semantic)
-    for item in summary(program, args.file):
+    for item in render.summary(program, args.file):
         console.print(item)
     kind = "ONNX model (imported)" if args.file.suffix.lower() == ".onnx" else "graph.json"
     console.print(f"[green]ok[/green]: {escape(str(args.file))} is a valid {kind}")
@@ -324,88 +279,15 @@ def _semantic(program: Program, args: argparse.Namespace, console: Console, err:
     inputs = [random_inputs(egraph, seed), special_inputs(egraph, seed)]
     with console.status("saturating the e-graph"):
         result = Runner(rules, limits).run(egraph)
-    for item in saturation_summary(result, len(rules), args.fast_math):
+    for item in render.saturation_summary(result, len(rules), args.fast_math):
         console.print(item)
     began = time.perf_counter()
     with console.status("checking every form of every class"):
         report = check_semantics(egraph, inputs, seed=seed, max_elements=SEMANTIC_MAX_ELEMENTS,
                                  finite_only=args.fast_math)
-    for item in semantic_summary(egraph, report, seed, args.fast_math, time.perf_counter() - began):
+    for item in render.semantic_summary(egraph, report, seed, args.fast_math, time.perf_counter() - began):
         console.print(item)
     return 0 if report.ok else EXIT_DISAGREEMENT
-
-
-def saturation_summary(result: Saturation, rules: int, fast_math: bool) -> list[Table | str]:
-    """The renderables ``check --semantic`` prints about saturation: stop reason, sizes, time, merges per rule."""
-    limits = result.limits
-    (nodes0, classes0), eg = result.start_counts, result.egraph
-    stop = result.stop.value
-    stats = Table.grid(padding=(0, 2))
-    stats.add_column(style="bold")
-    stats.add_column()
-    stats.add_row("stop reason", f"[green]{stop}[/green]" if stop == "saturated" else f"[yellow]{stop}[/yellow]")
-    stats.add_row("iterations", f"{len(result.iterations)} (limit {limits.iterations})")
-    stats.add_row("e-nodes", f"{nodes0} -> {eg.num_nodes} (limit {limits.nodes})")
-    stats.add_row("e-classes", f"{classes0} -> {eg.num_classes}")
-    stats.add_row("time", f"{units.seconds(result.seconds)} (limit {units.seconds(limits.seconds)})")
-    stats.add_row("rules", f"{rules} ({'exact + fast-math' if fast_math else 'exact only'})")
-    merges = result.merges_by_rule()
-    congruences = sum(it.congruences for it in result.iterations)
-    stats.add_row("merges", f"{merges.total()} by rules, {congruences} by {CONGRUENCE}")
-    matches: Counter[str] = Counter()
-    applied: Counter[str] = Counter()
-    for it in result.iterations:
-        matches.update(it.matches)
-        applied.update(a.rule for a in it.applications)
-    fired = [rule for rule in result.rules if matches[rule]]
-    if not fired:
-        return ["", "[bold]Saturation[/bold]", stats, "no rule matched"]
-    table = Table("rule", "merges", "applied", "matches", title="Merges per rule", title_justify="left")
-    for rule in sorted(fired, key=lambda r: (-merges[r], -applied[r], r)):
-        table.add_row(rule, str(merges[rule]), str(applied[rule]), str(matches[rule]))
-    return ["", "[bold]Saturation[/bold]", stats, table]
-
-
-def _reasons(egraph: EGraph, a: int, b: int, depth: int = 4) -> list[str]:
-    """The rules on the proof that nodes ``a`` and ``b`` are equal, looking ``depth`` congruences deep."""
-    found: dict[str, None] = {}
-    for step in explain(egraph, a, b):
-        if not step.is_congruence:
-            found[step.reason] = None
-        elif depth > 0:
-            left, right = egraph.raw_node(step.left), egraph.raw_node(step.right)
-            for x, y in zip(left.children, right.children):
-                if x != y:
-                    found.update(dict.fromkeys(_reasons(egraph, x, y, depth - 1)))
-    return list(found)
-
-
-def semantic_summary(egraph: EGraph, report: SemanticReport, seed: int, fast_math: bool,
-                     seconds: float) -> list[Table | str]:
-    """The renderables ``check --semantic`` prints about the semantic check, ending with its verdict."""
-    how = f"random and special-value inputs, seed {seed}" + (", finite values only" if fast_math else "")
-    items: list[Table | str] = [
-        "",
-        f"[bold]Semantic check[/bold] ({how}): {report.forms} forms of {report.classes} classes compared, "
-        f"{len(report.skipped)} skipped"
-        + (" (too large to materialise, or children without a value)" if report.skipped else "")
-        + f", {units.seconds(seconds)}",
-    ]
-    if report.ok:
-        items.append(f"[green]ok[/green]: every form agrees with its class ({report.forms} forms)")
-        return items
-    bad = report.disagreements
-    table = Table("class", "form", "reference form", "max error", "proved by",
-                  title=f"Disagreements (first {min(len(bad), SHOWN_DISAGREEMENTS)} of {len(bad)})",
-                  title_justify="left")
-    for d in bad[:SHOWN_DISAGREEMENTS]:
-        cls = egraph.eclass(d.class_id)
-        table.add_row(f"c{d.class_id} {units.shape(cls.shape)} {cls.dtype}", escape(f"n{d.node} {egraph.describe(d.node)}"),
-                      escape(f"n{d.reference} {egraph.describe(d.reference)}"), f"{d.max_error:.3g}",
-                      ", ".join(_reasons(egraph, d.reference, d.node)))
-    items += [table, f"[bold red]disagreement[/bold red]: {len(bad)} of {report.forms} forms disagree with their "
-                     f"class: a rule is unsound"]
-    return items
 
 
 def _class_id(text: str) -> int:
@@ -418,16 +300,13 @@ def _class_id(text: str) -> int:
     return value
 
 
-def _export_parser() -> argparse.ArgumentParser:
-    from engine.export import FORMATS, stage_names
-    from engine.export.view import MAX_NODES
+EXPORT_DESCRIPTION = ("Compile FILE for every device found and write each stage as a Graphviz graph (DOT, and SVG, "
+                      "PNG or PDF through `dot`) plus report.html and report.md (plan, costs per device, rewrite statistics, "
+                      "verification). Big graphs are cut to a readable size; each graph's label says what was cut and why.")
 
-    parser = argparse.ArgumentParser(
-        prog="zyx-explore export",
-        description="Compile FILE for every device found and write each stage as a Graphviz graph (DOT, and SVG, "
-        "PNG or PDF through `dot`) plus report.html and report.md (plan, costs per device, rewrite statistics, "
-        "verification). Big graphs are cut to a readable size; each graph's label says what was cut and why.",
-    )
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    max_nodes = ExportOptions().max_nodes
     parser.add_argument("file", type=Path, help="the graph.json file")
     parser.add_argument("--stage", default="all", choices=["all", *stage_names()], help="the stage to export")
     parser.add_argument("--format", default="svg", choices=FORMATS, help="svg, png, pdf or dot (default svg)")
@@ -438,26 +317,19 @@ def _export_parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=_at_least(0), default=None, metavar="N", help="neighbourhood depth (default 2)")
     parser.add_argument("--plan-only", action="store_true", help="only what the chosen plan uses")
     parser.add_argument("--collapse", action="store_true", help="draw a class with one form (a kernel) as one node")
-    parser.add_argument("--max-nodes", type=_at_least(1), default=MAX_NODES, metavar="N",
+    parser.add_argument("--max-nodes", type=_at_least(1), default=max_nodes, metavar="N",
                         help="above N drawn nodes a graph is cut to the chosen plan, collapsed (default "
-                             f"{MAX_NODES}); each graph's label says what was cut")
+                             f"{max_nodes}); each graph's label says what was cut")
     _compile_arguments(parser)
-    return parser
 
 
-def _parse_export(argv: Sequence[str]) -> argparse.Namespace:
-    parser = _export_parser()
-    args = parser.parse_args(argv)
+def _check_depth(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.depth is not None and args.neighbourhood is None:
         parser.error("--depth needs --neighbourhood")
-    return args
 
 
 def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     """``export``: compile the file and write its stages and the report into the output folder."""
-    from engine.export import ExportOptions, export_all
-    from engine.pipeline import compile_program
-
     out: Path = args.output
     problem = output_problem(out, folder=True, force=args.force)
     if problem:
@@ -487,71 +359,59 @@ def _export(args: argparse.Namespace, console: Console, err: Console) -> int:
     return 0
 
 
-def _extract_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="zyx-explore extract",
-        description="Read an egraph-serialize JSON e-graph (egg, egglog, extraction-gym) and run extractors on it: "
-        "print each one's DAG cost (each chosen class counted once), tree cost (once per use) and time.",
-    )
+EXTRACT_DESCRIPTION = ("Read an egraph-serialize JSON e-graph (egg, egglog, extraction-gym) and run extractors on it: "
+                       "print each one's DAG cost (each chosen class counted once), tree cost (once per use) and time.")
+
+
+def _extract_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="the egraph-serialize file")
     parser.add_argument("--extractor", action="append", choices=list(EXTRACTORS), metavar="NAME",
                         help=f"one of {', '.join(EXTRACTORS)} (repeatable; default: all)")
     parser.add_argument("--time-limit", type=_seconds, default=10.0, metavar="S",
                         help="seconds each extractor may take before it returns its best (default 10)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON (with the chosen nodes)")
-    return parser
 
 
-SERIALIZED_STAGES = ("egraph", "saturated", "kernelized", "tuned")
+SERIALIZED_STAGES = tuple(s.value for s in (Stage.EGRAPH, Stage.SATURATED, Stage.KERNELIZED, Stage.TUNED))
 
 
-def _serialize_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="zyx-explore serialize",
-        description="Compile FILE up to a stage and write its e-graph as egraph-serialize JSON (for egg/egglog tools, "
-        "extraction-gym, egraph-visualizer). egraph and saturated: every class and node, each node costing 1. "
-        "kernelized and tuned: the extraction problem, a class per value (class@pool) whose nodes are its kernels and "
-        "copies costing their microseconds (nominal estimates, or tuned/predicted times), structural forms subsumed.",
-    )
+SERIALIZE_DESCRIPTION = ("Compile FILE up to a stage and write its e-graph as egraph-serialize JSON (for egg/egglog tools, "
+                         "extraction-gym, egraph-visualizer). egraph and saturated: every class and node, each node costing 1. "
+                         "kernelized and tuned: the extraction problem, a class per value (class@pool) whose nodes are its kernels and "
+                         "copies costing their microseconds (nominal estimates, or tuned/predicted times), structural forms subsumed.")
+
+
+def _serialize_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="the graph.json file")
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="the JSON file to write")
-    parser.add_argument("--stage", choices=SERIALIZED_STAGES, default="tuned", help="the stage (default tuned)")
+    parser.add_argument("--stage", choices=SERIALIZED_STAGES, default=Stage.TUNED.value, help="the stage (default tuned)")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
     _compile_arguments(parser)
-    return parser
 
 
 def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     """``serialize``: compile up to ``--stage`` and write that e-graph as egraph-serialize JSON."""
-    import json
-
-    from engine.fileio import write_atomic
-    from engine.interop import egraph_document, problem_document
-    from engine.pipeline import compile_stages
-
     problem = output_problem(args.output, folder=False, force=args.force)
     if problem:
         return _error(err, problem)
     program = load_program(args.file, args)
     options = _options(args)
-    with err.status("compiling" + (" (and tuning)" if args.stage == "tuned" and options.tune else "")):
+    with err.status("compiling" + (" (and tuning)" if args.stage == Stage.TUNED and options.tune else "")):
         for c in compile_stages(program, _devices(args, err), options):
             if c.stage == args.stage:
                 break
-    assert c.egraph is not None
-    if args.stage in ("egraph", "saturated"):
-        egraph = c.egraph.prefix(*c.lowered) if args.stage == "egraph" else c.egraph
-        doc = egraph_document(egraph)
+    shown = c.view(args.stage)
+    assert shown.egraph is not None
+    if shown.kernelization is None:
+        doc = egraph_document(shown.egraph)
     else:
-        doc = problem_document(c.egraph, c.device_pools, c.kernel_times.__getitem__, c.transfer_time())
+        doc = problem_document(shown.egraph, c.device_pools, shown.kernel_times.__getitem__, c.transfer_time())
     write_atomic(args.output, json.dumps(doc, indent=1, allow_nan=False))
     console.print(f"[green]wrote[/green] {escape(str(args.output))}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
     return 0
 
 
 def _load_foreign(path: Path):
-    from engine.interop import detect, load_serialized
-
     if detect(path) == "graph.json":
         raise GraphError("a graph.json program, not an egraph-serialize e-graph: open it with zyx-explore FILE, "
                          "or use check or export", source=str(path))
@@ -560,10 +420,6 @@ def _load_foreign(path: Path):
 
 def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
     """``extract``: every chosen extractor on a foreign e-graph, as a table or JSON."""
-    import json
-
-    from engine.interop import extract_all
-
     fg = _load_foreign(args.file)
     results = extract_all(fg, args.extractor or EXTRACTORS, time_limit=args.time_limit)
     if args.json:
@@ -577,13 +433,7 @@ def _extract(args: argparse.Namespace, console: Console, err: Console) -> int:
     roots = ", ".join(fg.root_name(r) for r in fg.roots)
     console.print(f"[bold]{escape(str(args.file))}[/bold]: {len(fg.nodes):,} nodes, {len(fg.classes):,} classes, "
                   f"roots ({fg.roots_from}): {escape(roots) or 'none'}")
-    table = Table("extractor", "DAG cost", "tree cost", "seconds", "status", "note", title_justify="left",
-                  caption="DAG cost counts each chosen class once; tree cost once per use (a root listed twice: once)",
-                  caption_justify="left")
-    for r in results:
-        table.add_row(r.method, f"{r.dag_cost:.6g}", f"{r.tree_cost:.6g}", f"{r.seconds:.4f}", r.status,
-                      escape(r.error or r.note))
-    console.print(table)
+    console.print(render.extract_table(results))
     return _extract_errors(args.file, results, err)
 
 
@@ -595,25 +445,20 @@ def _extract_errors(path: Path, results: list, err: Console) -> int:
     return 0 if all(not r.error for r in results) else EXIT_BAD_INPUT
 
 
-def _import_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="zyx-explore import",
-        description="Import an ONNX model and write it as graph.json, to read or edit. Tensor ids are the model's "
-        "value names (sanitised); initializers become inputs whose values are written beside the output as "
-        "OUT_STEM.ID.npy (up to 16 elements inline).",
-    )
+IMPORT_DESCRIPTION = ("Import an ONNX model and write it as graph.json, to read or edit. Tensor ids are the model's "
+                      "value names (sanitised); initializers become inputs whose values are written beside the output as "
+                      "OUT_STEM.ID.npy (up to 16 elements inline).")
+
+
+def _import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", type=Path, help="the ONNX model")
     parser.add_argument("-o", "--output", type=Path, required=True, metavar="OUT", help="the graph.json file to write")
     parser.add_argument("--force", action="store_true", help="replace OUT if it exists")
     _dim_argument(parser)
-    return parser
 
 
 def _import(args: argparse.Namespace, console: Console, err: Console) -> int:
     """``import``: an ONNX model as graph.json plus its weights as .npy files beside it."""
-    from engine import load_onnx
-    from engine.fileio import write_atomic
-
     out: Path = args.output
     problem = output_problem(out, folder=False, force=args.force)
     if problem:
@@ -637,8 +482,6 @@ def _need_terminal() -> None:
 def _load_any(path: Path, args: argparse.Namespace):
     """What ``path`` holds: a program, or a foreign e-graph; loaded before any UI starts, so that a bad file
     exits 2 with its message."""
-    from engine.interop import detect
-
     return _load_foreign(path) if detect(path) == "egraph-serialize" else load_program(path, args)
 
 
@@ -660,15 +503,12 @@ def _explore(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(argv: list[str], err: Console) -> int:
-    """``serve``: check FILE and the explorer's options here (a bad one exits 2 at once, not in the browser),
-    then serve the explorer on them."""
-    from zyx_explorer import serve
-
-    args, explorer_args = serve.parser().parse_known_args(argv)
-    _load_any(args.file, _main_parser().parse_args([str(args.file), *explorer_args]))
+def _serve(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``serve``: check FILE and the explorer's options (the arguments ``serve`` does not know) here (a bad one
+    exits 2 at once, not in the browser), then serve the explorer on them."""
+    _load_any(args.file, _main_parser().parse_args([str(args.file), *args.rest]))
     try:
-        serve.serve(args.file, explorer_args, args.host, args.port)
+        serve.serve(args.file, args.rest, args.host, args.port)
     except OSError as e:
         return _error(err, f"cannot listen on {args.host}:{args.port}: {e.strerror or e}")
     return 0
@@ -686,7 +526,7 @@ def _subject(argv: list[str], *options: str) -> str:
     for option in options:
         if option in argv[:-1]:
             return argv[argv.index(option) + 1]
-    files = [a for a in argv if not a.startswith("-") and a not in ("check", "export", "serialize", "extract", "serve")]
+    files = [a for a in argv if not a.startswith("-") and a not in COMMANDS]
     return files[0] if files else "zyx-explore"
 
 
@@ -725,37 +565,80 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(argv, err)
 
 
+def _compile(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``compile``: compile, tune, run and verify headless; print the plan."""
+    program = load_program(args.file, args)
+    return compile_cmd.run(program, args, _devices(args, err), _options(args), console, err)
+
+
+def _why(args: argparse.Namespace, console: Console, err: Console) -> int:
+    """``why``: compile, then say what a tensor or class became."""
+    program = load_program(args.file, args)
+    why_cmd.check_target(program, args.target, str(args.file))
+    with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
+        compilation = compile_program(program, _devices(args, err), _options(args))
+    return why_cmd.run(compilation, args, console)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its parser's description and arguments, a check of the parsed arguments that argparse cannot
+    express, and what it runs on (args, stdout console, stderr console)."""
+
+    description: str
+    arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, Console, Console], int]
+    check: Callable[[argparse.ArgumentParser, argparse.Namespace], None] | None = None
+    soft_wrap: bool = True
+    """Long lines of its output wrap softly (file names, JSON stay whole)."""
+    rest: bool = False
+    """The arguments it does not know are passed on (``serve``: the explorer's), in ``args.rest``."""
+
+
+COMMANDS = {
+    "check": Command(CHECK_DESCRIPTION, _check_arguments, _check, _check_needs_semantic, soft_wrap=False),
+    "compile": Command(compile_cmd.DESCRIPTION, lambda p: compile_cmd.arguments(p, _compile_arguments), _compile,
+                       soft_wrap=False),
+    "why": Command(why_cmd.DESCRIPTION, lambda p: why_cmd.arguments(p, _compile_arguments), _why),
+    "export": Command(EXPORT_DESCRIPTION, _export_arguments, _export, _check_depth),
+    "serialize": Command(SERIALIZE_DESCRIPTION, _serialize_arguments, _serialize),
+    "import": Command(IMPORT_DESCRIPTION, _import_arguments, _import),
+    "serve": Command(serve.DESCRIPTION, serve.arguments, _serve, rest=True),
+    "extract": Command(EXTRACT_DESCRIPTION, _extract_arguments, _extract),
+}
+"""``zyx-explore COMMAND ...``; without a command, ``zyx-explore [FILE]`` opens the explorer (``_main_parser``)."""
+
+
+def _command_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The parser of ``zyx-explore COMMAND ...`` (argparse subcommands) and each command's own parser."""
+    root = argparse.ArgumentParser(prog="zyx-explore")
+    commands = root.add_subparsers(dest="command", required=True)
+    parsers = {}
+    for name, command in COMMANDS.items():
+        parsers[name] = commands.add_parser(name, prog=f"zyx-explore {name}", description=command.description)
+        command.arguments(parsers[name])
+    return root, parsers
+
+
+def _parse_command(argv: list[str]) -> tuple[Command, argparse.Namespace]:
+    """``argv`` (a command and its arguments) parsed: usage errors exit 2 with the command's own usage."""
+    root, parsers = _command_parser()
+    args, rest = root.parse_known_args(argv)
+    command, parser = COMMANDS[args.command], parsers[args.command]
+    if rest and not command.rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.rest = rest
+    if command.check is not None:
+        command.check(parser, args)
+    return command, args
+
+
 def _run(argv: list[str], err: Console) -> int:
     """The command of ``argv``; every failure a user can cause becomes a message and an exit code."""
     try:
-        if argv[:1] == ["check"]:
-            return _check(_parse_check(argv[1:]), Console(highlight=False), err)
-        if argv[:1] == ["compile"]:
-            from zyx_explorer import compile_cmd
-
-            args = compile_cmd.parser(_compile_arguments).parse_args(argv[1:])
-            program = load_program(args.file, args)
-            return compile_cmd.run(program, args, _devices(args, err), _options(args), Console(highlight=False), err)
-        if argv[:1] == ["why"]:
-            from engine.pipeline import compile_program
-            from zyx_explorer import why_cmd
-
-            args = why_cmd.parser(_compile_arguments).parse_args(argv[1:])
-            program = load_program(args.file, args)
-            why_cmd.check_target(program, args.target, str(args.file))
-            with err.status("compiling (and tuning)" if not args.no_tune else "compiling"):
-                compilation = compile_program(program, _devices(args, err), _options(args))
-            return why_cmd.run(compilation, args, Console(highlight=False, soft_wrap=True))
-        if argv[:1] == ["export"]:
-            return _export(_parse_export(argv[1:]), Console(highlight=False, soft_wrap=True), err)
-        if argv[:1] == ["serialize"]:
-            return _serialize(_serialize_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
-        if argv[:1] == ["import"]:
-            return _import(_import_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
-        if argv[:1] == ["serve"]:
-            return _serve(argv[1:], err)
-        if argv[:1] == ["extract"]:
-            return _extract(_extract_parser().parse_args(argv[1:]), Console(highlight=False, soft_wrap=True), err)
+        if argv[:1] and argv[0] in COMMANDS:
+            command, args = _parse_command(argv)
+            return command.run(args, Console(highlight=False, soft_wrap=command.soft_wrap), err)
         return _explore(_main_parser().parse_args(argv))
     except GraphError as e:
         return _error(err, str(e))

@@ -15,24 +15,18 @@ from rich.progress import Progress as Bar
 from rich.progress import TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from engine import Program
-from engine.summary import summary
-from engine.tuning import Progress
-from zyx_explorer.model import seconds_text
+from engine import Program, Progress, compile_stages, summary, units
 
 DESCRIPTION = ("Compile FILE for the devices found (tuning within the budget), run the plan, verify it against the "
                "reference and print the plan: each launch's device, variant, predicted (m: measured by the tuner, "
                "p: the calibrated cost model) and measured time.")
 
 
-def parser(compile_arguments, prog: str = "zyx-explore compile", description: str = DESCRIPTION
-           ) -> argparse.ArgumentParser:
-    """The parser of a headless command on FILE (``compile``, ``why``): ``--json`` and the compilation options."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
+def arguments(p: argparse.ArgumentParser, compile_arguments) -> None:
+    """The arguments of a headless command on FILE (``compile``, ``why``): ``--json`` and the compilation options."""
     p.add_argument("file", type=Path, help="the graph.json file or ONNX model")
     p.add_argument("--json", action="store_true", help="print one JSON object (docs/tuning.md describes compile's)")
     compile_arguments(p)
-    return p
 
 
 def progress_text(p: Progress, names: dict[str, str], short: dict[str, str] | None = None) -> str:
@@ -46,8 +40,6 @@ def progress_text(p: Progress, names: dict[str, str], short: dict[str, str] | No
 
 def run(program: Program, args: argparse.Namespace, devices: list, options: Any, console: Console,
         err: Console) -> int:
-    from engine.pipeline import compile_stages
-
     names: dict[str, str] = {}
     with Bar(TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True) as bar:
         task = bar.add_task("compiling", total=None)
@@ -72,13 +64,13 @@ def _print(out: dict[str, Any], console: Console) -> None:
     for col in ("kernel", "device", "variant", "predicted", "measured"):
         table.add_column(col, justify="right" if col in ("predicted", "measured") else "left")
     for launch in out["plan"]:
-        predicted = f"{seconds_text(launch['predicted_s'])} {'m' if launch['timed'] else 'p'}"
+        predicted = f"{units.seconds(launch['predicted_s'])} {'m' if launch['timed'] else 'p'}"
         table.add_row(launch["name"], launch["device"], launch["variant"], predicted,
-                      seconds_text(launch["measured_s"]))
+                      units.seconds(launch["measured_s"]))
     console.print(table)
-    budget = "" if out["budget_s"] is None else f" of a {seconds_text(out['budget_s'])} budget"
-    console.print(f"plan: {out['launches']} launches ({out['coverage']}), predicted {seconds_text(out['predicted_s'])},"
-                  f" measured {seconds_text(out['measured_s'])}; tuning {seconds_text(out['tune_s'])}{budget}"
+    budget = "" if out["budget_s"] is None else f" of a {units.seconds(out['budget_s'])} budget"
+    console.print(f"plan: {out['launches']} launches ({out['coverage']}), predicted {units.seconds(out['predicted_s'])},"
+                  f" measured {units.seconds(out['measured_s'])}; tuning {units.seconds(out['tune_s'])}{budget}"
                   + (" (stopped)" if out["tuning_cancelled"] else ""), highlight=False)
     for problem in out["problems"]:
         console.print(f"[yellow]worked around[/yellow]: {problem}", highlight=False)

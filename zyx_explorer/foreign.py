@@ -26,8 +26,7 @@ from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
-from engine.extract import EXTRACTORS
-from engine.interop import ForeignEGraph, ForeignResult, extract_each
+from engine import EXTRACTORS, ForeignEGraph, ForeignResult, extract_each
 from zyx_explorer.widgets.line_table import Column, LineTable, Row
 
 MARKS = {"greedy": "G", "dag": "D", "ilp": "I"}

@@ -1,9 +1,7 @@
-"""What the explorer shows, read from a Compilation (no Textual here): stage snapshots, table rows, pins.
+"""What the explorer shows, read from a Compilation's stage views (no Textual here): table rows, pins.
 
-The compilation runs in a worker thread; the e-graph it grows is mutated by
-later stages, so the worker keeps a frozen copy (``EGraph.prefix``) of the
-e-graph stages (``egraph``, ``saturated``); from ``kernelized`` on, the e-graph
-no longer changes and is shown as it is.
+The compilation runs in a worker thread; the e-graph snapshots of the ``egraph`` and ``saturated`` stages
+(``Compilation.view``) are built there, as each stage lands, so that the UI thread finds them ready.
 """
 
 from __future__ import annotations
@@ -13,30 +11,54 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass, field
 
-from engine import Program, pipeline
-from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Choice, Explainer, Extraction, ExtractionError, Pins, Term, Why
-from engine.kernel.attach import KernelNode
-from engine.kernel.decisions import kernel_lines
-from engine.kernel.kernelize import Candidate, Kernelization
-from engine.kernel.schedule import DEFAULT_VARIANT, Variant
-from engine.locate import Located, locate, tensors_of
-from engine.pipeline import Compilation
-from engine.plan import Allocate, Copy, ExecPlan, Free, Launch
-from engine.timeline import Timeline, timeline
-from engine.tuning import FAILED, OK, WRONG, TuneResult
-from engine.units import nbytes as bytes_text  # the explorer's names for engine.units (panes import them from here)
-from engine.units import plural, short_devices
-from engine.units import seconds as seconds_text
-from engine.units import shape as shape_text
+from engine import (
+    DEFAULT_VARIANT,
+    FAILED,
+    OK,
+    WRONG,
+    Allocate,
+    Candidate,
+    Choice,
+    ClassId,
+    Compilation,
+    Copy,
+    EGraph,
+    ExecPlan,
+    Extraction,
+    ExtractionError,
+    Free,
+    Kernelization,
+    KernelNode,
+    Launch,
+    Located,
+    NodeId,
+    Pins,
+    Program,
+    Stage,
+    StageView,
+    Term,
+    Timeline,
+    TuneResult,
+    Variant,
+    WhatIf,
+    WhatIfRun,
+    Why,
+    kernel_lines,
+    locate,
+    tensors_of,
+    units,
+    what_if,
+)
 from zyx_explorer.widgets.line_table import Row
 
-KERNELIZED, TUNED, PLAN = "kernelized", "tuned", "plan"
+bytes_text, seconds_text, shape_text = units.nbytes, units.seconds, units.shape  # the explorer's names (panes
+plural, short_devices = units.plural, units.short_devices                    # import them from here)
+KERNELIZED, TUNED, PLAN = Stage.KERNELIZED, Stage.TUNED, Stage.PLAN
 
 
 def reached(stage: str, name: str) -> bool:
-    """Whether viewing ``stage`` shows what stage ``name`` made."""
-    return pipeline.STAGES.index(stage) >= pipeline.STAGES.index(name)
+    """Whether viewing ``stage`` shows what stage ``name`` made (``Stage.shows``, for the App's stage name)."""
+    return Stage(stage).shows(name)
 
 
 class PinError(ValueError):
@@ -45,39 +67,41 @@ class PinError(ValueError):
 
 @dataclass
 class Session:
-    """A compilation as far as it got, its per-stage e-graph snapshots, and the user's pins."""
+    """A compilation as far as it got, the stages done, and the user's pins.
+
+    What a stage shows is the engine's ``Compilation.view``: the e-graph from the real compilation (whose
+    snapshots it keeps), the rest from ``current()`` (the pinned what-if, or the real one)."""
 
     program: Program
     compilation: Compilation | None = None
     done: list[str] = field(default_factory=list)
-    graphs: dict[str, EGraph] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     pins: dict[ClassId, PinTarget] = field(default_factory=dict)
-    whatif: Compilation | None = None
-    """The compilation re-extracted under ``pins`` (None when nothing is pinned)."""
-    whatif_run: pipeline.WhatIfRun | None = None
+    what: WhatIf | None = None
+    """The compilation re-extracted under ``pins`` and its delta (None when nothing is pinned)."""
+    whatif_run: WhatIfRun | None = None
     """The measured run of ``whatif`` beside the real plan (None until one is asked for)."""
     failed: str | None = None
-    _iterations: dict[int, EGraph] = field(default_factory=dict)
     _class_rows: dict[tuple[int, int], tuple[EGraph, Extraction | None, list[Row]]] = field(default_factory=dict)
-    _explainer: Explainer | None = None
+
+    @property
+    def whatif(self) -> Compilation | None:
+        """The pinned what-if's compilation (None when nothing is pinned)."""
+        return self.what.compilation if self.what is not None else None
 
     def record(self, c: Compilation, seconds: float) -> None:
-        """Called in the worker thread right after stage ``c.stage``: keep what later stages will change."""
+        """Called in the worker thread right after stage ``c.stage``: build what the UI thread will show (the
+        stage's e-graph snapshot, its class rows) here, so that it finds them ready."""
         self.compilation = c
-        if c.stage == "egraph" and c.egraph is not None:
-            self.graphs["egraph"] = c.egraph.prefix(*c.lowered)
-        elif c.stage == "saturated" and c.egraph is not None:
-            self.graphs["saturated"] = c.egraph.prefix(c.egraph.num_added, len(c.egraph.unions))
         self.seconds[c.stage] = seconds
         self.done.append(c.stage)
         eg = self.egraph(c.stage)
-        if eg is not None:  # built here, in the worker, so that the UI thread finds them ready
+        if eg is not None:
             self.class_rows(eg, self.extraction(c.stage))
 
     def class_rows(self, eg: EGraph, extraction: Extraction | None) -> list[Row]:
-        """``class_rows`` under the pins; without pins built once per (e-graph, extraction): 8,000 classes take
-        ~150 ms, which would otherwise stall the UI each time a stage lands."""
+        """``class_rows`` under the pins; without pins built once per (e-graph, extraction), so that a stage
+        landing does not stall the UI on a big e-graph."""
         c = self.compilation
         names = c.kernelization.names if c is not None and c.kernelization is not None else {}
         if self.pins:
@@ -93,63 +117,58 @@ class Session:
         c = self.compilation
         return len(c.saturation.iterations) if c is not None and c.saturation is not None else 0
 
+    def view(self, stage: str, iteration: int | None = None) -> StageView | None:
+        """What ``stage`` shows of the plan shown (the pinned what-if, or the real one); None before compiling."""
+        c = self.current()
+        return c.view(stage, iteration) if c is not None else None
+
     def egraph(self, stage: str, iteration: int | None = None) -> EGraph | None:
-        """The e-graph of ``stage`` (for ``saturated``, after ``iteration`` iterations when given)."""
+        """The e-graph of ``stage`` once done (for ``saturated``, after ``iteration`` iterations when given)."""
         c = self.compilation
-        if c is None or stage not in self.done or stage == "program":
+        if c is None or stage not in self.done:
             return None
-        if stage == "saturated" and iteration is not None and c.saturation is not None and iteration < self.iterations():
-            if iteration not in self._iterations:
-                self._iterations[iteration] = c.saturation.snapshot(iteration)
-            return self._iterations[iteration]
-        return self.graphs.get(stage, c.egraph if reached(stage, KERNELIZED) else None)
+        return c.view(stage, iteration).egraph
 
     def current(self) -> Compilation | None:
         """The compilation whose extraction and plan are shown: the pinned what-if, or the real one."""
         return self.whatif or self.compilation
 
     def extraction(self, stage: str) -> Extraction | None:
-        c = self.current()
-        return c.extraction if c is not None and reached(stage, PLAN) else None
+        view = self.view(stage)
+        return view.extraction if view is not None else None
 
     def plan(self, stage: str) -> ExecPlan | None:
-        c = self.current()
-        return c.plan if c is not None and reached(stage, PLAN) else None
+        view = self.view(stage)
+        return view.plan if view is not None else None
 
     def timelines(self, stage: str) -> list[tuple[str, Timeline]]:
         """The plan's timeline as of ``stage`` (measured once executed) and, under pins, the what-if plan's
         (measured once ``r`` ran it)."""
         out = []
         for title, c in (("plan", self.compilation), ("what-if plan (pinned)", self.whatif)):
-            if c is not None and c.plan is not None and reached(stage, PLAN):
-                ran = c.execution if reached(stage, "executed") else None
-                out.append((title, timeline(c.plan, ran, c.devices)))
+            t = c.view(stage).timeline() if c is not None else None
+            if t is not None:
+                out.append((title, t))
         return out
 
     def kernel_times(self, stage: str) -> Mapping[KernelNode, float]:
         """Seconds of each kernel node: nominal estimates at ``kernelized``, tuned or predicted from ``tuned`` on."""
-        c = self.current()
-        if c is None or not reached(stage, KERNELIZED):
-            return {}
-        return c.kernel_times if reached(stage, TUNED) else c.estimates
+        view = self.view(stage)
+        return view.kernel_times if view is not None else {}
 
     def tuning(self, stage: str) -> Mapping[KernelNode, TuneResult]:
-        c = self.compilation
-        return c.tuning if c is not None and reached(stage, TUNED) else {}
+        view = self.view(stage)
+        return view.tuning if view is not None else {}
 
     def variant(self, stage: str, kn: KernelNode) -> Variant:
         """The variant kernel node ``kn`` launches with as of ``stage`` (the default before tuning)."""
-        c = self.compilation
-        return c.variants.get(kn, DEFAULT_VARIANT) if c is not None and reached(stage, TUNED) else DEFAULT_VARIANT
+        view = self.view(stage)
+        return view.variant(kn) if view is not None else DEFAULT_VARIANT
 
     def why(self, stage: str, cid: ClassId) -> Why | None:
         """Why class ``cid`` is made as it is in the plan shown (DAG cost, as the extractor decided)."""
-        c = self.current()
-        if c is None or c.extraction is None or not reached(stage, PLAN):
-            return None
-        if self._explainer is None or self._explainer.extraction is not c.extraction:
-            self._explainer = pipeline.explain(c)
-        return self._explainer.why(c.egraph.find(cid))  # type: ignore[union-attr]
+        view = self.view(stage)
+        return view.why(cid) if view is not None else None
 
     def candidate(self, cand_id: str) -> Candidate | None:
         c = self.compilation
@@ -172,11 +191,10 @@ class Session:
     def locate(self, stage: str, tensor: str) -> Located | None:
         """Where program tensor ``tensor`` went as of ``stage`` (classes from ``egraph`` on, kernels and steps
         from ``plan`` on); None before the e-graph or for a tensor nothing reads."""
-        c, eg = self.current(), self.egraph(stage)
-        if eg is None or c is None:
+        view, eg = self.view(stage), self.egraph(stage)
+        if eg is None or view is None:
             return None
-        kz = c.kernelization if reached(stage, KERNELIZED) else None
-        return locate(eg, kz, self.plan(stage), tensor)
+        return locate(eg, view.kernelization, view.plan, tensor)
 
     def tensors_of(self, cand_id: str) -> list[str]:
         """The program tensors candidate ``cand_id`` computes (``engine.locate.tensors_of``)."""
@@ -191,23 +209,23 @@ class Session:
         """Pin class ``cid`` to a form (node id) or a device (name) and re-extract; returns predicted (before, after)."""
         before = self._predicted()
         pins = {**self.pins, cid: target}
-        self.whatif, self.whatif_run = reextract(self._base(), pins), None
+        self.what, self.whatif_run = reextract(self._base(), pins), None
         self.pins = pins
         return before, self._predicted()
 
     def unpin(self, cid: ClassId) -> tuple[float, float]:
         before = self._predicted()
         pins = {k: v for k, v in self.pins.items() if k != cid}
-        self.whatif, self.whatif_run = reextract(self._base(), pins) if pins else None, None
+        self.what, self.whatif_run = reextract(self._base(), pins) if pins else None, None
         self.pins = pins
         return before, self._predicted()
 
-    def ran(self, whatif: Compilation, run: pipeline.WhatIfRun) -> bool:
+    def ran(self, whatif: Compilation, run: WhatIfRun) -> bool:
         """Keep ``run`` as the measurement of ``whatif``: False (dropped) when the pins changed meanwhile."""
         if whatif is not self.whatif:
             return False
         self.whatif_run = run
-        whatif.execution, whatif.verification, whatif.stage = run.execution, run.verification, "executed"
+        whatif.execution, whatif.verification, whatif.stage = run.execution, run.verification, Stage.EXECUTED
         return True
 
     def _base(self) -> Compilation:
@@ -226,7 +244,7 @@ class Session:
         return c.plan.predicted if c is not None and c.plan is not None else math.nan
 
 
-def what_if_text(run: pipeline.WhatIfRun) -> str:
+def what_if_text(run: WhatIfRun) -> str:
     """A measured what-if beside its prediction, each marked: ``measured 1.20 ms -> 1.50 ms (+300 µs, fastest of
     3 runs each; runs spread 20 µs); predicted ... (+250 µs); verification ok``; a measured delta within the
     spread of the runs is said to be noise."""
@@ -243,15 +261,15 @@ PinTarget = NodeId | str
 """A pin: a form (node id) or a device (name)."""
 
 
-def reextract(c: Compilation, pins: Mapping[ClassId, PinTarget]) -> Compilation:
-    """A copy of ``c`` re-extracted under ``pins`` (the real compilation is untouched)."""
+def reextract(c: Compilation, pins: Mapping[ClassId, PinTarget]) -> WhatIf:
+    """``c`` re-extracted under ``pins`` (``engine.what_if``: the real compilation is untouched)."""
     assert c.egraph is not None and c.kernelization is not None
     chosen = Pins()
     try:
         for cid, target in pins.items():
             chosen = (chosen.device(c.egraph, cid, target) if isinstance(target, str)
                       else chosen.node(c.egraph, target, c.kernelization))
-        return pipeline.what_if(c, chosen)
+        return what_if(c, chosen)
     except ExtractionError as e:
         raise PinError(str(e)) from None
 
@@ -480,7 +498,7 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
         trials = sum(len(r.trials) for r in c.tuning.values())
         hits = sum(r.cache == "hit" for r in c.tuning.values())
         out["tuning"] = f"{plural(len(c.tuning), 'kernel')} tuned, {plural(trials, 'variant')} tried, {hits} from the cache"
-    elif c.done("tuned"):
+    elif c.done(Stage.TUNED):
         out["tuning"] = "not tuned: cost-model predictions"
     if c.plan is not None:
         launches = len(c.plan.launches())

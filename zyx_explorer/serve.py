@@ -16,17 +16,15 @@ from pathlib import Path
 DEFAULT_PORT = 8000
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="zyx-explore serve",
-        description="Serve the explorer on FILE to a web browser (one explorer per page opened). Every other "
-        "option is the explorer's own (e.g. --no-tune).",
-    )
+DESCRIPTION = ("Serve the explorer on FILE to a web browser (one explorer per page opened). Every other option is "
+               "the explorer's own (e.g. --no-tune).")
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", type=Path, help="a graph.json, ONNX (.onnx) or egraph-serialize file")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"the port to listen on (default {DEFAULT_PORT})")
     p.add_argument("--host", default="127.0.0.1",
                    help="the address to listen on (default 127.0.0.1: this machine only; 0.0.0.0 opens it to all)")
-    return p
 
 
 def command(file: Path, explorer_args: Sequence[str]) -> str:

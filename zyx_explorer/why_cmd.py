@@ -1,7 +1,7 @@
 """``zyx-explore why FILE TENSOR_OR_CLASS``: the explorer's answers for one program tensor or class, headless.
 
 For scripts and quick questions: the classes a tensor became, the form the plan chose for its class and the
-rivals it beat (in the extractor's own objective, from ``engine.pipeline.explain``: the class detail's
+rivals it beat (in the extractor's own objective, from ``Compilation.view(stage).why``: the class detail's
 numbers), the kernels of the plan that compute it with their fusion decisions (``engine.kernel.decisions``),
 and their devices and times, each marked measured or predicted.  Nothing here prices anything itself.
 
@@ -18,14 +18,20 @@ from typing import Any
 
 from rich.console import Console
 
-from engine import GraphError, Program, units
-from engine.extract import Term
-from engine.kernel.decisions import kernel_lines
-from engine.locate import computed, locate, tensors_of
-from engine.pipeline import Compilation, explain
-from engine.plan import Launch
+from engine import (
+    Compilation,
+    GraphError,
+    Launch,
+    Program,
+    Stage,
+    Term,
+    computed,
+    kernel_lines,
+    locate,
+    tensors_of,
+    units,
+)
 from zyx_explorer import compile_cmd
-from zyx_explorer.model import term_text
 
 RIVALS = 3
 """Rivals of the chosen form shown (the cheapest)."""
@@ -33,14 +39,14 @@ RIVALS = 3
 CLASS_ID = re.compile(r"c?(\d+)")
 
 
-def parser(compile_arguments) -> argparse.ArgumentParser:
-    p = compile_cmd.parser(
-        compile_arguments, "zyx-explore why",
-        "Compile FILE and say, for one program tensor (by name) or e-class (c12), what it became: its classes, the "
-        "form the plan chose and the rivals it beat (plan DAG cost, the class detail's numbers), the kernels that "
-        "compute it with their fusion decisions, devices and times (m measured, p predicted).")
+DESCRIPTION = ("Compile FILE and say, for one program tensor (by name) or e-class (c12), what it became: its classes, "
+               "the form the plan chose and the rivals it beat (plan DAG cost, the class detail's numbers), the kernels "
+               "that compute it with their fusion decisions, devices and times (m measured, p predicted).")
+
+
+def arguments(p: argparse.ArgumentParser, compile_arguments) -> None:
+    compile_cmd.arguments(p, compile_arguments)
     p.add_argument("target", metavar="TENSOR_OR_CLASS", help="a program tensor's name, or a class id (c12 or 12)")
-    return p
 
 
 def check_target(program: Program, target: str, source: str) -> None:
@@ -66,6 +72,7 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
             raise GraphError(f"class c{cls} does not exist (ids go up to c{eg.num_added - 1})", source=source)
         cls = eg.find(cls)
     short = units.short_devices(d.name for d in c.devices)
+    from zyx_explorer.model import term_text  # here: the model imports Textual (its rows), which the CLI need not
 
     def term(t: Term) -> dict[str, Any]:
         param = eg.node(t.node).param
@@ -87,12 +94,12 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
             "decisions": {**dataclasses.asdict(cand.decisions),
                           "refused": dict(c.attached.refused.get(step.candidate, {}))},
             "lines": kernel_lines(kz, c.attached.refused, step.candidate, c.kernel_times, lambda d: short.get(d, d))})
-    explainer = explain(c)
-    why = explainer.why(cls)
+    shown = c.view(Stage.PLAN)
+    why = shown.why(cls)
     decided = cls
     if why is None and launches:  # fused into a kernel of another class: the costs decided that class's form
         decided = eg.find(launches[0][1].outputs[0][0])
-        why = explainer.why(decided)
+        why = shown.why(decided)
     node = next((n for n in c.program.nodes if n.id == target), None) if where is not None else None
     return {
         "target": target,

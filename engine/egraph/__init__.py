@@ -1,9 +1,16 @@
 """The e-graph: classes of equivalent primitive terms, rewrite rules, saturation, explanations.
 
-    egraph = from_program(program)          # hashconsed: common subexpressions share a class
-    result = saturate(egraph)               # Saturation: stop reason + rewrite log
-    explain(egraph, a, b)                   # why nodes a and b are equal
-    check_semantics(egraph).ok              # every form of every class agrees numerically
+>>> from engine import Init, Tensor, from_tensors
+>>> x = Tensor.input("x", (2, 3), "f32", init=Init.uniform(seed=0))
+>>> egraph = from_program(from_tensors({"y": (x * 2.0) * 3.0}))  # hashconsed: common subexpressions share a class
+>>> result = saturate(egraph)                                    # Saturation: stop reason + rewrite log
+>>> result.stop.value
+'saturated'
+>>> merge = next(a for it in result.iterations for a in it.applications if a.merged)
+>>> [step.reason for step in explain(egraph, merge.node, merge.result)] == [merge.rule]  # why two nodes are equal
+True
+>>> check_semantics(egraph).ok                                   # every form of every class agrees numerically
+True
 """
 
 from engine.egraph.egraph import CONGRUENCE, ClassId, EClass, EGraph, EGraphError, ENode, NodeId, Scalar

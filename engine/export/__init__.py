@@ -1,7 +1,17 @@
 """Graphviz export of every stage of a Compilation, and headless reports (Markdown and HTML).
 
-    >>> result = export_all(compilation, None, Path("out"), "svg")   # every stage + report.html/.md
-    >>> export_stage(compilation, "plan", Path("out"), "svg")        # one stage: [out/plan.dot, out/plan.svg]
+>>> import tempfile
+>>> from pathlib import Path
+>>> from engine import Init, Options, Tensor, compile_program, discover, from_tensors
+>>> x = Tensor.input("x", (4, 8), "f32", init=Init.uniform(seed=0))
+>>> compilation = compile_program(from_tensors({"y": (x * 2.0).sum(1)}), discover(opencl=False, native=False,
+...                               cuda=False), Options(tune=False, tune_cache=False))
+>>> out = Path(tempfile.mkdtemp())
+>>> [p.name for p in export_stage(compilation, "plan", out, "dot")]  # one stage (svg, png, pdf through `dot`)
+['plan.dot']
+>>> result = export_all(compilation, None, out, "dot")               # every stage + report.html/.md
+>>> sorted(p.name for p in result.paths if p.suffix != ".dot")
+['report.html', 'report.md', 'timeline.svg']
 """
 
 from engine.export.dot import StageGraph, stage_graph, stage_names

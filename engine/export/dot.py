@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import graphviz
 
-from engine import pipeline, units
+from engine import units
 from engine.export import egraph_dot, kernel_dot, plan_dot, view
 from engine.export.chosen import stage_forms
 from engine.pipeline import Compilation
+from engine.stages import STAGES, Stage
 
 
 @dataclass(frozen=True)
@@ -26,16 +27,17 @@ class StageGraph:
 
 def stage_names() -> list[str]:
     """The stages ``--stage all`` exports, in pipeline order."""
-    return list(pipeline.STAGES)
+    return list(STAGES)
 
 
 def missing(c: Compilation, stage: str) -> str:
     """Why ``stage`` cannot be drawn for ``c`` ("" when it can)."""
     if not c.done(stage):
-        return f"stage {stage!r} not reached (the compilation stopped after {c.stage!r}): skipped"
-    needs = {"egraph": c.egraph, "saturated": c.saturation, "kernelized": c.kernelization, "tuned": c.kernelization,
-             "plan": c.plan, "executed": c.execution}
-    if stage in needs and needs[stage] is None:
+        return f"stage {stage!r} not reached (the compilation stopped after {c.stage.value!r}): skipped"
+    shown = c.view(stage)
+    needs = {Stage.EGRAPH: shown.egraph, Stage.SATURATED: shown.egraph, Stage.KERNELIZED: shown.kernelization,
+             Stage.TUNED: shown.kernelization, Stage.PLAN: shown.plan, Stage.EXECUTED: shown.execution}
+    if stage in needs and needs[Stage(stage)] is None:
         return f"stage {stage!r} has no data in this compilation: skipped"
     return ""
 
@@ -45,26 +47,26 @@ def stage_graph(c: Compilation, stage: str, options: view.ExportOptions = view.D
     why = missing(c, stage)
     if why:
         return StageGraph(stage, None, why)
+    shown = c.view(stage)
     name = c.program.name or "program"
-    if stage == "program":
+    if shown.stage == Stage.PROGRAM:
         return StageGraph(stage, program_graph(c))
-    if stage in ("egraph", "saturated"):
-        assert c.egraph is not None
-        if stage == "egraph":
-            eg, title = c.egraph.prefix(*c.lowered), "e-graph after lowering"
+    if shown.stage in (Stage.EGRAPH, Stage.SATURATED):
+        eg = shown.egraph
+        assert eg is not None
+        if shown.stage == Stage.EGRAPH:
+            title = "e-graph after lowering"
         else:
-            assert c.saturation is not None
             sat = c.saturation
-            eg = sat.snapshot(len(sat.iterations))
+            assert sat is not None
             title = f"saturated e-graph ({units.plural(len(sat.iterations), 'iteration')}, {sat.stop.value})"
         return StageGraph(stage, egraph_dot.draw(eg, stage_forms(c, eg), options, stage, f"{name}: {title}"))
-    if stage in ("kernelized", "tuned"):
-        title = "kernels (estimated cost per device)" if stage == "kernelized" else "tuned kernels (cost per device)"
-        return StageGraph(stage, kernel_dot.draw(c, options, stage, f"{name}: {title}"))
-    if stage in ("plan", "executed"):
-        title = "plan" if stage == "plan" else "executed plan"
-        return StageGraph(stage, plan_dot.draw(c, options, stage, f"{name}: {title}", stage == "executed"))
-    return StageGraph(stage, None, f"stage {stage!r} has no exporter: skipped")
+    if shown.stage in (Stage.KERNELIZED, Stage.TUNED):
+        title = "kernels (estimated cost per device)" if shown.estimated else "tuned kernels (cost per device)"
+        return StageGraph(stage, kernel_dot.draw(shown, options, f"{name}: {title}"))
+    executed = shown.stage == Stage.EXECUTED
+    title = "executed plan" if executed else "plan"
+    return StageGraph(stage, plan_dot.draw(c, options, stage, f"{name}: {title}", executed))
 
 
 def program_graph(c: Compilation) -> graphviz.Digraph:

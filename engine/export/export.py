@@ -15,6 +15,7 @@ from engine.export.timeline_svg import timeline_svg
 from engine.export.view import DEFAULT_OPTIONS, ExportOptions
 from engine.fileio import write_atomic
 from engine.pipeline import Compilation
+from engine.stages import Stage
 from engine.timeline import timeline
 
 
@@ -71,7 +72,7 @@ def export_all(compilation: Compilation, stages: Sequence[str] | None, out_dir: 
         paths = export_stage(compilation, stage, out_dir, fmt, options, result=result)
         if paths:
             files[stage] = [p.name for p in paths]
-    if compilation.plan is not None and (stages is None or {"plan", "executed"} & set(stages)):  # no Graphviz
+    if compilation.plan is not None and (stages is None or {Stage.PLAN, Stage.EXECUTED} & set(stages)):  # no Graphviz
         files["timeline"] = [_write_timeline(compilation, out_dir).name]
         result.paths.append(out_dir / files["timeline"][0])
     result.paths += write_report(compilation, out_dir, files, result.notes, source)

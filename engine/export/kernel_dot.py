@@ -12,28 +12,28 @@ from engine.export.chosen import Region, class_of, neighbourhood, planned_kernel
 from engine.export.egraph_dot import node_label
 from engine.kernel.kernelize import Candidate
 from engine.kernel.schedule import DEFAULT_VARIANT
-from engine.pipeline import Compilation
+from engine.pipeline import Compilation, StageView
 
 
-def device_times(c: Compilation, stage: str) -> dict[str, dict[str, str]]:
-    """Candidate id -> device name -> its time as text: the nominal estimates (``kernelized``), or from
-    ``tuned`` on the times the extraction used, measured ones with their variant."""
+def device_times(shown: StageView) -> dict[str, dict[str, str]]:
+    """Candidate id -> device name -> its time as text, as the stage ``shown`` counts it: the nominal estimates
+    (``kernelized``), or from ``tuned`` on the times the extraction used, measured ones with their variant."""
     out: dict[str, dict[str, str]] = {}
-    tuned = stage != "kernelized"
-    for param, t in (c.kernel_times if tuned else c.estimates).items():
-        result = c.tuning.get(param) if tuned else None
+    for param, t in shown.kernel_times.items():
+        result = shown.tuning.get(param)
         text = units.seconds(t)
         if result is not None:
             text += " (no variant ran)" if not result.ok else " measured" + (
                 f", {result.best}" if result.best != DEFAULT_VARIANT else "")
-        elif tuned:
+        elif not shown.estimated:
             text += " predicted"
         out.setdefault(param.candidate, {})[param.device] = text
     return out
 
 
-def draw(c: Compilation, options: view.ExportOptions, name: str, title: str) -> graphviz.Digraph:
-    """The kernel candidates of ``c`` (kernelized) as DOT."""
+def draw(shown: StageView, options: view.ExportOptions, title: str) -> graphviz.Digraph:
+    """The kernel candidates of a kernelized stage as DOT."""
+    c, name = shown.compilation, shown.stage
     kz, eg = c.kernelization, c.egraph
     assert kz is not None and eg is not None
     planned = planned_kernels(c)
@@ -62,7 +62,7 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str) -> 
         notes.append(f"cut: over {options.max_nodes} nodes: each kernel drawn as one node")
     elif collapse:
         notes.append("each kernel drawn as one node (collapsed)")
-    nominal = name == "kernelized"
+    nominal = shown.estimated
     marked, mark = (_cheapest(c), "<") if nominal else (planned, "✓")
     notes.append("< the cheapest device by nominal estimate, this stage's numbers (filled: the kernels the plan "
                  "launches, chosen later on tuned times)" if nominal else "✓ the device the plan runs the kernel on")
@@ -70,7 +70,7 @@ def draw(c: Compilation, options: view.ExportOptions, name: str, title: str) -> 
     head = f"{title}: {len(keep)} of {len(kz.candidates)} kernel candidates, {len(planned)} in the plan"
     g = view.graph(name, head, notes, compound="true", newrank="true")
     view.limit_layout(g, drawn)
-    times = device_times(c, name)
+    times = device_times(shown)
     _draw_stored(g, c, keep)
     for i, k in enumerate(keep):
         cand = kz.candidates[k]

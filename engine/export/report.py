@@ -61,7 +61,7 @@ def kernel_costs(c: Compilation) -> Table:
         return Table("Kernel cost per device", (), [], "not kernelized")
     devices = [d.name for d in c.devices]
     short = units.short_devices(devices)
-    times = device_times(c, c.stage)
+    times = device_times(c.view(c.stage))
     planned = planned_kernels(c)
     rows = []
     for cand_id, cand in c.kernelization.candidates.items():

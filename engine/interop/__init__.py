@@ -1,10 +1,14 @@
 """Interop with the e-graph ecosystem: egraph-serialize JSON in (validated, extracted by our extractors) and out.
 
-    fg = load_serialized("egraph.json")        # GraphError at the JSON path of any mistake
-    for r in extract_all(fg):                  # greedy, dag, ilp
-        print(r.method, r.dag_cost, r.seconds)
-    egraph_document(egraph)                    # our e-graph, any stage, as egraph-serialize
-    problem_document(egraph, pools, kt, tt)    # a kernelized e-graph's extraction problem
+>>> text = '''{"nodes": {"x": {"op": "x", "eclass": "X", "children": [], "cost": 2},
+...                     "f": {"op": "f", "eclass": "R", "children": ["x"], "cost": 1}},
+...           "root_eclasses": ["R"]}'''
+>>> fg = loads_serialized(text)  # load_serialized(path) reads a file; GraphError at the JSON path of any mistake
+>>> [(r.method, r.dag_cost) for r in extract_all(fg)]
+[('greedy', 3.0), ('dag', 3.0), ('ilp', 3.0)]
+
+``egraph_document(egraph)`` writes our e-graph (any stage) as egraph-serialize, and
+``problem_document(egraph, pools, kernel_time, transfer_time)`` a kernelized e-graph's extraction problem.
 """
 
 from engine.interop.export import COST_UNIT, egraph_document, problem_document

@@ -90,10 +90,6 @@ class Idx:
         object.__setattr__(self, "bounds", (lo, hi))
 
     @property
-    def is_const(self) -> bool:
-        return not self.terms
-
-    @property
     def is_affine(self) -> bool:
         """Only variables, no division or modulo."""
         return all(isinstance(a, Var) for a, _ in self.terms)

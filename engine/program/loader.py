@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from engine import units
 from engine.errors import CycleError, FormatError, GraphError, ShapeError, TensorNameError
 from engine.fileio import UnsafeFileError, read_bounded
 from engine.program.dtypes import DType
@@ -46,7 +47,7 @@ class SizeLimits:
 def _bytes(n: int) -> str:
     if n.bit_length() > 100:  # beyond any float (and, whole, beyond int-to-text limits)
         return f"about 2^{n.bit_length() - 1} bytes"
-    return f"{n:,} bytes" + (f" ({n / 2**30:.3g} GiB)" if n >= 2**30 else "")
+    return f"{n:,} bytes" + (f" ({units.nbytes(n)})" if n >= 2**30 else "")
 
 
 def _check_size(shape: tuple[int, ...], itemsize: int, limits: SizeLimits, location: str) -> int:

@@ -13,6 +13,7 @@ import math
 import resource
 from pathlib import Path
 
+from engine import units
 from engine.errors import GraphError
 from engine.program.program import Program
 
@@ -42,16 +43,12 @@ def available_bytes() -> int | None:
     return min(found) if found else None
 
 
-def _gib(n: int) -> str:
-    return f"{n / 2**30:.2f} GiB"
-
-
 def check_memory(program: Program, source: str = "", available: int | None = None) -> None:
     """GraphError (at ``inputs``) when the program needs more memory than is available."""
     available = available_bytes() if available is None else available
     needed = needed_bytes(program)
     if available is not None and needed > available:
         inputs = sum(math.prod(i.shape) * i.dtype.itemsize for i in program.inputs)
-        raise GraphError(f"running this program needs at least {_gib(needed)} ({_gib(inputs)} of inputs, held twice, "
-                         f"and the values its nodes compute), but only {_gib(available)} of memory are available",
+        raise GraphError(f"running this program needs at least {units.nbytes(needed)} ({units.nbytes(inputs)} of inputs, held twice, "
+                         f"and the values its nodes compute), but only {units.nbytes(available)} of memory are available",
                          "inputs", source)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine import units
 from engine.errors import DTypeError, GraphError, ShapeError
 from engine.program import attrs as attr_types
 from engine.program.attrs import Attr
@@ -55,10 +56,6 @@ class OpSpec:
 # -- shape helpers -------------------------------------------------------------------
 
 
-def _fmt(shape: Shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
-
-
 def normalize_axis(axis: int, ndim: int, attr: str) -> int:
     """``axis`` as a non-negative index, or a ShapeError located at ``attrs.ATTR``."""
     if not -ndim <= axis < ndim:
@@ -83,7 +80,7 @@ def broadcast_shapes(a: Shape, b: Shape) -> Shape:
     out = []
     for x, y in zip(pa, pb):
         if x != y and 1 not in (x, y):
-            raise ShapeError(f"shapes {_fmt(a)} and {_fmt(b)} cannot be broadcast together")
+            raise ShapeError(f"shapes {units.shape(a)} and {units.shape(b)} cannot be broadcast together")
         out.append(y if x == 1 else x)
     return tuple(out)
 
@@ -222,7 +219,7 @@ def _lower_silu(em, x):
 
 def _lower_const(em, value, dtype, shape):
     if any(d < 0 for d in shape):
-        raise ShapeError(f"const shape {_fmt(shape)} has a negative dimension", "attrs.shape")
+        raise ShapeError(f"const shape {units.shape(shape)} has a negative dimension", "attrs.shape")
     if dtype == DType.BOOL and not isinstance(value, bool):
         raise DTypeError(f"a bool const needs true or false, got {value!r}", "attrs.value")
     if dtype.is_int and isinstance(value, float) and not value.is_integer():
@@ -237,15 +234,15 @@ def _lower_const(em, value, dtype, shape):
 def _lower_reshape(em, x, shape):
     numel = math.prod(x.shape)
     if shape.count(-1) > 1:
-        raise ShapeError(f"reshape to {_fmt(shape)}: at most one dimension may be -1", "attrs.shape")
+        raise ShapeError(f"reshape to {units.shape(shape)}: at most one dimension may be -1", "attrs.shape")
     if -1 in shape:
         known = math.prod(d for d in shape if d != -1)
         if known == 0 or numel % known:
-            raise ShapeError(f"cannot reshape {_fmt(x.shape)} ({numel} elements) to {_fmt(shape)}", "attrs.shape")
+            raise ShapeError(f"cannot reshape {units.shape(x.shape)} ({numel} elements) to {units.shape(shape)}", "attrs.shape")
         shape = tuple(numel // known if d == -1 else d for d in shape)
     if math.prod(shape) != numel:
         raise ShapeError(
-            f"cannot reshape {_fmt(x.shape)} ({numel} elements) to {_fmt(shape)} ({math.prod(shape)} elements)",
+            f"cannot reshape {units.shape(x.shape)} ({numel} elements) to {units.shape(shape)} ({math.prod(shape)} elements)",
             "attrs.shape",
         )
     return x if shape == x.shape else em.emit("reshape", (x,), shape)
@@ -254,13 +251,13 @@ def _lower_reshape(em, x, shape):
 def _lower_permute(em, x, axes):
     normalized = tuple(normalize_axis(a, x.ndim, "axes") for a in axes)
     if sorted(normalized) != list(range(x.ndim)):
-        raise ShapeError(f"axes {list(axes)} are not a permutation of the {x.ndim} axes of {_fmt(x.shape)}", "attrs.axes")
+        raise ShapeError(f"axes {list(axes)} are not a permutation of the {x.ndim} axes of {units.shape(x.shape)}", "attrs.axes")
     return em.emit("permute", (x,), normalized)
 
 
 def _lower_transpose(em, x, dim0, dim1):
     if x.ndim < 2:
-        raise ShapeError(f"transpose needs a tensor of rank >= 2, got shape {_fmt(x.shape)}")
+        raise ShapeError(f"transpose needs a tensor of rank >= 2, got shape {units.shape(x.shape)}")
     order = list(range(x.ndim))
     i, j = normalize_axis(dim0, x.ndim, "dim0"), normalize_axis(dim1, x.ndim, "dim1")
     order[i], order[j] = order[j], order[i]
@@ -269,14 +266,14 @@ def _lower_transpose(em, x, dim0, dim1):
 
 def _lower_expand(em, x, shape):
     if any(d < 0 for d in shape):
-        raise ShapeError(f"cannot expand {_fmt(x.shape)} to {_fmt(shape)}: sizes must be >= 0", "attrs.shape")
+        raise ShapeError(f"cannot expand {units.shape(x.shape)} to {units.shape(shape)}: sizes must be >= 0", "attrs.shape")
     if len(shape) < x.ndim:
-        raise ShapeError(f"cannot expand {_fmt(x.shape)} to {_fmt(shape)}: the target has fewer axes", "attrs.shape")
+        raise ShapeError(f"cannot expand {units.shape(x.shape)} to {units.shape(shape)}: the target has fewer axes", "attrs.shape")
     padded = (1,) * (len(shape) - x.ndim) + x.shape
     for axis, (have, want) in enumerate(zip(padded, shape)):
         if have not in (1, want):
             raise ShapeError(
-                f"cannot expand {_fmt(x.shape)} to {_fmt(shape)}: axis {axis} has size {have}, not 1 or {want}",
+                f"cannot expand {units.shape(x.shape)} to {units.shape(shape)}: axis {axis} has size {have}, not 1 or {want}",
                 "attrs.shape",
             )
     if shape == x.shape:
@@ -290,7 +287,7 @@ def _lower_pad(em, x, padding, value):
         raise ShapeError(f"padding has {len(padding)} pairs for a tensor of rank {x.ndim}", "attrs.padding")
     shape = tuple(d + lo + hi for d, (lo, hi) in zip(x.shape, padding))
     if any(d < 0 for d in shape):
-        raise ShapeError(f"padding {[list(p) for p in padding]} shrinks {_fmt(x.shape)} below zero", "attrs.padding")
+        raise ShapeError(f"padding {[list(p) for p in padding]} shrinks {units.shape(x.shape)} below zero", "attrs.padding")
     if x.dtype.is_int:
         low, high = _int_bounds(x.dtype)
         if (isinstance(value, float) and not value.is_integer()) or not low <= value <= high:
@@ -320,7 +317,7 @@ def _lower_reduce(prim: str) -> Callable[..., Any]:
         if prim == "reduce_sum" and x.dtype == DType.BOOL:
             x = x.cast(DType.I32)
         if prim == "reduce_max" and any(x.shape[a] == 0 for a in axes):
-            raise ShapeError(f"max over an empty axis of {_fmt(x.shape)} has no value", "attrs.axes")
+            raise ShapeError(f"max over an empty axis of {units.shape(x.shape)} has no value", "attrs.axes")
         if not axes:
             return x
         if prim == "reduce_sum" and x.dtype == DType.F16:  # accumulated in f32 (see _wide)
@@ -357,11 +354,11 @@ def _lower_matmul(em, a, b):
     """numpy's matmul: a rank-1 ``a`` is a row [1, K] and a rank-1 ``b`` a column [K, 1], whose added axis the
     result drops again."""
     if a.ndim == 0 or b.ndim == 0:
-        raise ShapeError(f"matmul needs tensors of rank >= 1, got {_fmt(a.shape)} @ {_fmt(b.shape)}")
+        raise ShapeError(f"matmul needs tensors of rank >= 1, got {units.shape(a.shape)} @ {units.shape(b.shape)}")
     if a.ndim == 1 or b.ndim == 1:
         row, column = a.ndim == 1, b.ndim == 1
         if a.shape[-1] != b.shape[0 if column else -2]:
-            raise ShapeError(f"matmul inner dimensions differ: {_fmt(a.shape)} @ {_fmt(b.shape)}")
+            raise ShapeError(f"matmul inner dimensions differ: {units.shape(a.shape)} @ {units.shape(b.shape)}")
         out = _lower_matmul(em, a.reshape(1, *a.shape) if row else a, b.reshape(*b.shape, 1) if column else b)
         drop = {out.ndim - 2} if row else set()
         drop |= {out.ndim - 1} if column else set()
@@ -369,13 +366,13 @@ def _lower_matmul(em, a, b):
     (m, k), (k2, n) = a.shape[-2:], b.shape[-2:]
     if k != k2:
         raise ShapeError(
-            f"matmul inner dimensions differ: {_fmt(a.shape)} @ {_fmt(b.shape)} ({k} != {k2})"
+            f"matmul inner dimensions differ: {units.shape(a.shape)} @ {units.shape(b.shape)} ({k} != {k2})"
         )
     _forbid_bool("matmul", a, b)
     try:
         batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
     except ShapeError:
-        raise ShapeError(f"matmul batch dimensions do not broadcast: {_fmt(a.shape)} @ {_fmt(b.shape)}") from None
+        raise ShapeError(f"matmul batch dimensions do not broadcast: {units.shape(a.shape)} @ {units.shape(b.shape)}") from None
     dtype = promote(a.dtype, b.dtype)
     wide = DType.F32 if dtype == DType.F16 else dtype  # f16 products are exact in f32, and summed there
     a = a.cast(wide).expand(batch + (m, k)).reshape(batch + (m, 1, k)).expand(batch + (m, n, k))
@@ -458,7 +455,7 @@ def _pair(v: int | tuple[int, int]) -> tuple[int, int]:
 
 def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
     if x.ndim != 4 or w.ndim != 4:
-        raise ShapeError(f"conv2d needs x [N, C, H, W] and weight [O, C, KH, KW], got {_fmt(x.shape)} and {_fmt(w.shape)}")
+        raise ShapeError(f"conv2d needs x [N, C, H, W] and weight [O, C, KH, KW], got {units.shape(x.shape)} and {units.shape(w.shape)}")
     (sh, sw), (dh, dw) = _pair(stride), _pair(dilation)
     if min(sh, sw) < 1:
         raise ShapeError(f"stride must be >= 1, got {stride}", "attrs.stride")
@@ -470,13 +467,13 @@ def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
     if groups < 1 or c % groups or o % groups:
         raise ShapeError(f"groups={groups} must be >= 1 and divide the {c} input and {o} output channels", "attrs.groups")
     if c != cg * groups:
-        raise ShapeError(f"conv2d channels differ: x {_fmt(x.shape)} has {c}, weight {_fmt(w.shape)} has {cg}"
+        raise ShapeError(f"conv2d channels differ: x {units.shape(x.shape)} has {c}, weight {units.shape(w.shape)} has {cg}"
                          + (f" per group ({groups} groups)" if groups > 1 else ""))
     span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
     if h + 2 * padding < span_h or wd + 2 * padding < span_w:
         raise ShapeError(f"conv2d kernel {span_h}x{span_w} is larger than the padded input {h + 2 * padding}x{wd + 2 * padding}")
     if bias is not None and bias.shape != (o,):
-        raise ShapeError(f"conv2d bias must have shape [{o}], got {_fmt(bias.shape)}")
+        raise ShapeError(f"conv2d bias must have shape [{o}], got {units.shape(bias.shape)}")
     _forbid_bool("conv2d", x, w)
     dtype = promote(x.dtype, w.dtype)
     wide = DType.F32 if dtype == DType.F16 else dtype  # as in matmul
@@ -501,16 +498,16 @@ def _lower_conv2d(em, x, w, bias=None, *, stride, padding, dilation, groups):
 
 def _lower_attention(em, q, k, v, *, scale):
     if min(q.ndim, k.ndim, v.ndim) < 2:
-        raise ShapeError(f"attention needs q, k, v of rank >= 2, got {_fmt(q.shape)}, {_fmt(k.shape)}, {_fmt(v.shape)}")
+        raise ShapeError(f"attention needs q, k, v of rank >= 2, got {units.shape(q.shape)}, {units.shape(k.shape)}, {units.shape(v.shape)}")
     if q.shape[-1] != k.shape[-1]:
-        raise ShapeError(f"attention: q {_fmt(q.shape)} and k {_fmt(k.shape)} differ in the last axis")
+        raise ShapeError(f"attention: q {units.shape(q.shape)} and k {units.shape(k.shape)} differ in the last axis")
     if k.shape[-2] != v.shape[-2]:
-        raise ShapeError(f"attention: k {_fmt(k.shape)} and v {_fmt(v.shape)} differ in the sequence axis (-2)")
+        raise ShapeError(f"attention: k {units.shape(k.shape)} and v {units.shape(v.shape)} differ in the sequence axis (-2)")
     try:
         broadcast_shapes(broadcast_shapes(q.shape[:-2], k.shape[:-2]), v.shape[:-2])
     except ShapeError:
         raise ShapeError(
-            f"attention: the batch axes of q {_fmt(q.shape)}, k {_fmt(k.shape)} and v {_fmt(v.shape)} do not broadcast"
+            f"attention: the batch axes of q {units.shape(q.shape)}, k {units.shape(k.shape)} and v {units.shape(v.shape)} do not broadcast"
         ) from None
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     return ((q @ k.transpose()) * scale).softmax(-1) @ v
@@ -525,7 +522,7 @@ def _lower_concat(em, *xs, axis):
     axis = normalize_axis(axis, first.ndim, "axis")
     for k, x in enumerate(xs[1:], 1):
         if x.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != axis):
-            raise ShapeError(f"concat along axis {axis}: args[{k}] has shape {_fmt(x.shape)}, args[0] {_fmt(first.shape)} "
+            raise ShapeError(f"concat along axis {axis}: args[{k}] has shape {units.shape(x.shape)}, args[0] {units.shape(first.shape)} "
                              "(all other axes must agree)")
     dtype = functools.reduce(promote, (x.dtype for x in xs))
     total = sum(x.shape[axis] for x in xs)
@@ -603,7 +600,7 @@ def _lower_gather(em, x, indices, *, axis):
     axis = normalize_axis(axis, x.ndim, "axis")
     n, pre, post = x.shape[axis], x.shape[:axis], x.shape[axis + 1 :]
     if n == 0:
-        raise ShapeError(f"gather from axis {axis} of {_fmt(x.shape)}, which is empty", "attrs.axis")
+        raise ShapeError(f"gather from axis {axis} of {units.shape(x.shape)}, which is empty", "attrs.axis")
     idx = indices.cast(DType.I32)
     idx = idx + idx.cmplt(0).cast(DType.I32) * n
     ni = idx.ndim
@@ -628,7 +625,7 @@ def _lower_erf(em, x):
 def _pool_windows(x, kernel, stride, padding, dilation, fill, op: str):
     """Pad the last two axes with ``fill`` and cut them into windows: [.., KH, OH, KW, OW]."""
     if x.ndim < 3:
-        raise ShapeError(f"{op} needs a tensor [.., H, W] of rank >= 3, got {_fmt(x.shape)}")
+        raise ShapeError(f"{op} needs a tensor [.., H, W] of rank >= 3, got {units.shape(x.shape)}")
     for name, v in (("kernel", kernel), ("stride", stride), ("dilation", dilation)):
         if v is not None and (len(v) != 2 or min(v) < 1):
             raise ShapeError(f"{name} must be two integers >= 1, got {list(v)}", f"attrs.{name}")

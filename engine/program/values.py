@@ -11,13 +11,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from engine import units
 from engine.errors import InputError
 from engine.program.dtypes import DType
 from engine.program.primitives import Shape
-
-
-def _fmt(shape: Shape) -> str:
-    return "[" + ", ".join(map(str, shape)) + "]"
 
 
 def check_input(name: str, value: object, shape: Shape, dtype: DType) -> np.ndarray:
@@ -30,7 +27,7 @@ def check_input(name: str, value: object, shape: Shape, dtype: DType) -> np.ndar
     where = f"inputs.{name}"
     array = np.asarray(value)
     if array.shape != tuple(shape):
-        raise InputError(f"input {name!r} has shape {_fmt(array.shape)}, the program declares {_fmt(shape)}", where)
+        raise InputError(f"input {name!r} has shape {units.shape(array.shape)}, the program declares {units.shape(shape)}", where)
     want = dtype.numpy
     if array.dtype != want:
         if not np.can_cast(array.dtype, want, "same_kind") or array.dtype.kind not in "biuf":
@@ -48,6 +45,6 @@ def check_inputs(declared: Mapping[str, tuple[Shape, DType]], given: Mapping[str
     out = {}
     for name, (shape, dtype) in declared.items():
         if name not in given:
-            raise InputError(f"no array given for input {name!r} ({dtype}{_fmt(shape)})", f"inputs.{name}")
+            raise InputError(f"no array given for input {name!r} ({dtype}{units.shape(shape)})", f"inputs.{name}")
         out[name] = check_input(name, given[name], shape, dtype)
     return out

@@ -102,7 +102,7 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
     ops = w.ops + items * _ITEM_OPS + (items * loads if variant.group > 1 else 0)
     if kernel.stages and not gpu:
         # a CPU runtime (PoCL) vectorises across work items, not a loop inside one: a row kernel's ops (all in
-        # its loops) run one lane wide (measured: 3x slower than the unfused chain, whose output kernel vectorises)
+        # its loops) run one lane wide (slower than the unfused chain, whose output kernel vectorises: RESULTS.md)
         ops *= nominal.lanes
     seconds = max(w.bytes / nominal.bandwidth, items * loads * itemsize / cache_bandwidth, ops / nominal.throughput)
     if variant.local_size is not None and gpu and variant.local_size < 64:

@@ -64,7 +64,7 @@ def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
     """The default and a few variants likely to be good for this kernel's shape (timed first)."""
     red = kernel.reduce
     local = 256 if gpu else None
-    if kernel.stages:  # row kernels: a row per work-group first on a GPU (a row per work item is ~25x slower there)
+    if kernel.stages:  # row kernels: a row per work-group first on a GPU (a row per work item is far slower there)
         groups = [Variant(group=256), Variant(group=1024 if gpu else 64)]
         out = [*groups, DEFAULT_VARIANT, Variant(local_size=local)] if gpu else [DEFAULT_VARIANT, *groups]
         return [v for v in dict.fromkeys(out) if valid(kernel, v)]
@@ -90,17 +90,3 @@ def seeds(kernel: Kernel, gpu: bool) -> list[Variant]:
     elif gpu:
         out.append(Variant(local_size=256))
     return [v for v in dict.fromkeys(out) if valid(kernel, v)]
-
-
-def space(kernel: Kernel) -> list[Variant]:
-    """Every valid variant (for the cost model's exhaustive ranking)."""
-    out = [
-        Variant(local_size=s, upcast=u, tile=t, unroll=r, smem=d)
-        for s in LOCAL_SIZES
-        for u in FACTORS
-        for t in FACTORS
-        for r in FACTORS
-        for d in (SMEM if t > 1 and s is not None and s >= 64 else (0,))
-    ]
-    out += [Variant(group=g) for g in GROUPS if g > 1]
-    return [v for v in out if valid(kernel, v)]

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-import engine.devices
 import sample_graphs
-from engine import pipeline
+import zyx_explorer.cli
+from engine import STAGES
 from engine.devices import LibraryDevice, NumpyDevice
 from zyx_explorer.cli import main
 
@@ -19,13 +19,13 @@ SAMPLE = str(sample_graphs.path("mlp.small"))
 @pytest.fixture
 def host_devices(monkeypatch):
     """Compile for numpy and BLAS only: quick, and the same on every machine."""
-    monkeypatch.setattr(engine.devices, "discover", lambda opencl=True, **_: [NumpyDevice(), LibraryDevice()])
+    monkeypatch.setattr(zyx_explorer.cli, "discover", lambda opencl=True, **_: [NumpyDevice(), LibraryDevice()])
 
 
 def test_export_writes_one_file_per_stage_and_the_reports(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["export", SAMPLE, "--stage", "all", "--format", "svg", "-o", str(out)]) == 0
-    assert {p.name for p in out.glob("*.svg")} == {f"{s}.svg" for s in pipeline.STAGES} | {"timeline.svg"}
+    assert {p.name for p in out.glob("*.svg")} == {f"{s}.svg" for s in STAGES} | {"timeline.svg"}
     assert (out / "report.html").is_file() and (out / "report.md").is_file()
 
 

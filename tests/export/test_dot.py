@@ -10,7 +10,7 @@ import subprocess
 import graphviz
 import pytest
 
-from engine import pipeline, units
+from engine import STAGES, pipeline, units
 from engine.devices import NumpyDevice, discover
 from engine.export import ExportOptions, stage_graph, stage_names, view
 from engine.export.chosen import neighbourhood, planned_kernels, region, stage_forms
@@ -32,7 +32,7 @@ def _stage_egraph(c, stage):
 def test_every_stage_renders_to_svg(name):
     c = compiled(name)
     drawn = [s for s in stage_names() if stage_graph(c, s).graph is not None]
-    assert set(pipeline.STAGES) <= set(drawn)
+    assert set(STAGES) <= set(drawn)
     for stage in drawn:
         source = stage_graph(c, stage).graph.source
         assert "<svg" in render_svg(source)
@@ -265,4 +265,4 @@ def test_a_stage_missing_from_the_compilation_is_skipped_with_a_note(monkeypatch
     c = compile_program(compiled("mlp.small").program, [NumpyDevice()], Options(execute=False))
     sg = stage_graph(c, "executed")
     assert sg.graph is None and "not reached" in sg.note
-    assert stage_names() == list(pipeline.STAGES)
+    assert stage_names() == list(STAGES)

@@ -8,11 +8,10 @@ import threading
 import pytest
 from textual.widget import Widget
 
-from engine import units
+from engine import STAGES, Options, compile_stages, units
 from engine.devices import NumpyDevice
 from engine.kernel.attach import KernelNode
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
-from engine.pipeline import STAGES, Options, compile_stages
 from engine.program.dtypes import DType
 from engine.tuning import FAILED, OK, WRONG, Trial, TuneResult
 from engine.tuning.calibrate import micro_kernels, op_probes
@@ -92,7 +91,7 @@ class TestStages:
             final = table.row_count
             await pilot.press(*["left_square_bracket"] * (len(STAGES) - 2))  # -> egraph
             assert app.viewed == "egraph"
-            assert table.row_count == app.session.graphs["egraph"].num_classes < final
+            assert table.row_count == app.session.egraph("egraph").num_classes < final
             assert app.query_one(PlanTable).row_count == 0 and app.query_one(CostsTable).row_count == 0
             await pilot.press("left_square_bracket")
             assert app.viewed == "program" and table.row_count == 0

@@ -4,6 +4,7 @@ browser reaches the app and changes the pane shown."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import signal
@@ -85,7 +86,9 @@ def test_the_page_shows_the_app_and_a_key_changes_the_pane(served):
 
 
 def test_it_listens_on_this_machine_only_by_default():
-    assert serve.parser().parse_args(["graph.json"]).host == "127.0.0.1"
+    parser = argparse.ArgumentParser()
+    serve.arguments(parser)
+    assert parser.parse_args(["graph.json"]).host == "127.0.0.1"
 
 
 def test_a_bad_file_is_refused_before_serving(capsys):

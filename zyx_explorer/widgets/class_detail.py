@@ -115,10 +115,7 @@ class ClassDetail(Vertical):
             for cand_id in kz.by_class.get(cid, []):
                 roots.setdefault(kz.candidates[cand_id].root, []).append(kz.name(cand_id))
         self._measured, self._kz, self._short, self._kernel_lines = measured, kz, short or {}, kernel_lines
-        costs = {}  # each form's marginal DAG cost: the cheapest rival that makes the class with it
-        for rival in (why.rivals if why is not None else ()):
-            for t in rival.via:
-                costs.setdefault(t.node, rival.dag_cost - why.dag_cost)  # type: ignore[union-attr]
+        costs = why.form_costs() if why is not None else {}
         head = Text()
         head.append(f"c{cid}", "bold")
         head.append(f" {shape_text(cls.shape)} {cls.dtype}, {plural(len(cls.nodes), 'form')}")

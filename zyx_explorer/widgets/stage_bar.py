@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import events
 from textual.widgets import Static
 
-from engine.pipeline import STAGES
+from engine import STAGES
 from zyx_explorer.model import seconds_text
 
 SHORT = {"program": "prog", "egraph": "egraph", "saturated": "sat", "kernelized": "kern", "tuned": "tuned",
