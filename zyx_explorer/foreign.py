@@ -28,7 +28,8 @@ from textual.widgets import Footer, Header, Input, Static
 
 from engine.extract import EXTRACTORS
 from engine.interop import ForeignEGraph, ForeignResult, extract_each
-from zyx_explorer.widgets.line_table import Column, LineTable, Row
+from zyx_explorer.rows import Row
+from zyx_explorer.widgets.line_table import Column, LineTable
 
 MARKS = {"greedy": "G", "dag": "D", "ilp": "I"}
 """How the tables mark what each extractor chose."""

@@ -29,7 +29,7 @@ from engine.units import nbytes as bytes_text  # the explorer's names for engine
 from engine.units import plural, short_devices
 from engine.units import seconds as seconds_text
 from engine.units import shape as shape_text
-from zyx_explorer.widgets.line_table import Row
+from zyx_explorer.rows import Row
 
 KERNELIZED, TUNED, PLAN = "kernelized", "tuned", "plan"
 
