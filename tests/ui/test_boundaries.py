@@ -1,4 +1,4 @@
-"""What importing the explorer's modules does not do: ``model`` (what the panes show, as data) imports no
+"""What importing the explorer's modules does not do: ``model`` and ``view`` (what the panes show, as data) import no
 Textual, and importing the package leaves Textual's frame rate alone (``__main__.run`` sets it for the app)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ def _run(code: str) -> str:
                           check=True).stdout.strip()
 
 
-def test_model_imports_no_textual():
-    code = ("import sys, zyx_explorer.model, zyx_explorer.rows; "
+def test_model_and_view_import_no_textual():
+    code = ("import sys, zyx_explorer.model, zyx_explorer.rows, zyx_explorer.view; "
             "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] == 'textual'}))")
     assert _run(code) == "[]"
 

@@ -36,7 +36,7 @@ async def _pin_slowest_output_kernel(app, pilot) -> int:
     out = next(iter(c.egraph.output_classes().values()))
     slow = max((n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"),
                key=lambda n: c.kernel_times[c.egraph.node(n).param])
-    app.select_class(out, tab=True)
+    app.main.select_class(out, tab=True)
     await pilot.pause()
     detail = app.query_one(ClassDetail)
     detail.forms.focus()
@@ -104,7 +104,7 @@ class TestTimeline:
             assert "measured: each step's time in the run" in lines[0]
             c = app.session.compilation
             short = app.session.short()
-            ((_, t),) = app.session.timelines(app.viewed)
+            ((_, t),) = app.session.timelines(app.main.viewed)
             axis = next(line for line in lines if "┤" in line)
             start, cols = axis.index("0"), axis.index("┤") - axis.index("0") + 1
             for device in {s.device for s in c.plan.launches()}:
