@@ -27,7 +27,8 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, Static
 
 from engine import EXTRACTORS, ForeignEGraph, ForeignResult, extract_each
-from zyx_explorer.widgets.line_table import Column, LineTable, Row
+from zyx_explorer.rows import Row
+from zyx_explorer.widgets.line_table import Column, LineTable
 
 MARKS = {"greedy": "G", "dag": "D", "ilp": "I"}
 """How the tables mark what each extractor chose."""

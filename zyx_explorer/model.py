@@ -49,7 +49,7 @@ from engine import (
     units,
     what_if,
 )
-from zyx_explorer.widgets.line_table import Row
+from zyx_explorer.rows import Row
 
 bytes_text, seconds_text, shape_text = units.nbytes, units.seconds, units.shape  # the explorer's names (panes
 plural, short_devices = units.plural, units.short_devices                    # import them from here)

@@ -60,5 +60,4 @@ def freeze_measurements(app: ExplorerApp) -> None:
         c.saturation.seconds = 0.0
     if c.execution is not None:
         c.execution = dataclasses.replace(c.execution, step_times=tuple(0.0 for _ in c.execution.step_times))
-    app._keys.clear()
-    app._refresh()
+    app.main.refresh_panes(refill=True)

@@ -21,6 +21,7 @@ from zyx_explorer import model
 from zyx_explorer.app import ExplorerApp
 from zyx_explorer.commands import ExplorerCommands
 from zyx_explorer.screens.help import HelpScreen
+from zyx_explorer.screens.main import KEYS
 from zyx_explorer.widgets.class_detail import ClassDetail
 from zyx_explorer.widgets.classes_table import ClassesTable
 from zyx_explorer.widgets.costs_table import CostsTable
@@ -67,7 +68,7 @@ class TestStages:
         app = app_factory()
         async with app.run_test(size=SIZE) as pilot:
             await compiled(pilot)
-            assert app.session.done == list(STAGES) and app.viewed == STAGES[-1]
+            assert app.session.done == list(STAGES) and app.main.viewed == STAGES[-1]
             bar = str(app.query_one(StageBar).render())
             assert "executed ✓" in bar and "done in" in bar
             assert "tuned ✓" in bar
@@ -90,13 +91,13 @@ class TestStages:
             table = app.query_one(ClassesTable)
             final = table.row_count
             await pilot.press(*["left_square_bracket"] * (len(STAGES) - 2))  # -> egraph
-            assert app.viewed == "egraph"
+            assert app.main.viewed == "egraph"
             assert table.row_count == app.session.egraph("egraph").num_classes < final
             assert app.query_one(PlanTable).row_count == 0 and app.query_one(CostsTable).row_count == 0
             await pilot.press("left_square_bracket")
-            assert app.viewed == "program" and table.row_count == 0
+            assert app.main.viewed == "program" and table.row_count == 0
             await pilot.press(*["right_square_bracket"] * 10)
-            assert app.viewed == STAGES[-1] and table.row_count == final
+            assert app.main.viewed == STAGES[-1] and table.row_count == final
 
     async def test_the_iteration_scrubber_steps_through_the_rewrite_log(self, app_factory):
         app = app_factory()
@@ -105,16 +106,16 @@ class TestStages:
             total = app.session.iterations()
             assert total >= 2
             await pilot.press("comma")
-            assert app.viewed == "saturated" and app.iteration == total - 1
+            assert app.main.viewed == "saturated" and app.main.iteration == total - 1
             snapshot = app.session.compilation.saturation.snapshot(total - 1)
             assert app.query_one(ClassesTable).row_count == snapshot.num_classes
             applied = sum(len(it.applications) for it in app.session.compilation.saturation.iterations[: total - 1])
             assert app.query_one(RewritesTable).row_count == applied
             assert f"it {total - 1}/{total}" in str(app.query_one(StageBar).render())
             await pilot.press(*["comma"] * (total + 3))
-            assert app.iteration == 0
+            assert app.main.iteration == 0
             await pilot.press(*["full_stop"] * (total + 3))
-            assert app.iteration is None  # the last iteration: the saturated e-graph itself
+            assert app.main.iteration is None  # the last iteration: the saturated e-graph itself
 
 
 class TestClassesPane:
@@ -151,9 +152,9 @@ class TestClassesPane:
             await compiled(pilot)
             await pilot.press("2", "down", "down")
             table = app.query_one(ClassesTable)
-            assert app.selected == table.shown[2].key == app.query_one(ClassDetail).cid
+            assert app.main.selected == table.shown[2].key == app.query_one(ClassDetail).cid
             await pilot.press("end")
-            assert app.selected == table.shown[-1].key
+            assert app.main.selected == table.shown[-1].key
             await pilot.click(ClassesTable, offset=(2, 2))  # the header is line 0
             assert table.cursor == round(table.scroll_y) + 1
 
@@ -169,9 +170,9 @@ class TestClassDetail:
         async with app.run_test(size=SIZE) as pilot:
             await compiled(pilot)
             out = _output_class(app)
-            app.select_class(out, tab=True)
+            app.main.select_class(out, tab=True)
             await pilot.pause()
-            before = list(app.history)
+            before = list(app.main.history)
             detail = app.query_one(ClassDetail)
             head = str(detail.query_one("#detail-head").render())
             assert f"c{out}" in head and "chosen" in head and "output y" in head
@@ -182,9 +183,9 @@ class TestClassDetail:
             forms.cursor = child
             target = forms.key_at(child)[1]
             await pilot.press("enter")
-            assert app.selected == target and app.history == [*before, out]
+            assert app.main.selected == target and app.main.history == [*before, out]
             await pilot.press("backspace")
-            assert app.selected == out and app.history == before
+            assert app.main.selected == out and app.main.history == before
 
     async def test_a_cursor_move_redraws_the_detail_within_the_move_and_lays_nothing_out(self, app_factory,
                                                                                        monkeypatch):
@@ -196,7 +197,7 @@ class TestClassDetail:
             await pilot.press("2")
             await pilot.pause()
             table, detail = app.query_one(ClassesTable), app.query_one(ClassDetail)
-            eg = app.shown_egraph()
+            eg = app.main.shown_egraph()
             layouts: list[str] = []
             refresh = Widget.refresh
 
@@ -224,7 +225,7 @@ class TestClassDetail:
         async with app.run_test(size=SIZE) as pilot:
             await compiled(pilot)
             out = _output_class(app)
-            app.select_class(out, tab=True)
+            app.main.select_class(out, tab=True)
             await pilot.pause()
             detail = app.query_one(ClassDetail)
             eg = app.session.compilation.egraph
@@ -254,7 +255,7 @@ class TestCostsAndSource:
             assert [col.label for col in costs.columns[3:]] == [d.name for d in c.devices]
             assert any("*" in cell for row in costs.shown for cell in row.cells)  # the chosen kernel
             await pilot.press("down", "enter")
-            assert app._active_tab() == "source"
+            assert app.main._active_tab() == "source"
             source = app.query_one(SourceView)
             assert source.cand_id == costs.shown[1].key
             device = source.variant[0]  # what runs on the launched device, not OpenCL C: numpy or blas here
@@ -276,9 +277,9 @@ class TestPlanPane:
             launch = next(i for i, s in enumerate(plan.steps) if type(s).__name__ == "Launch")
             await pilot.press(*["down"] * launch)
             assert table.shown[launch].cells[1] == "Launch" and table.shown[launch].cells[6]  # measured
-            assert app.kernel is not None
+            assert app.main.kernel is not None
             await pilot.press("enter")
-            assert app._active_tab() == "classes" and app.selected == plan.steps[launch].outputs[0][0]
+            assert app.main._active_tab() == "classes" and app.main.selected == plan.steps[launch].outputs[0][0]
 
 
 class TestRewritesPane:
@@ -295,8 +296,8 @@ class TestRewritesPane:
             it, j = table.current_key
             merged = app.session.compilation.saturation.iterations[it - 1].applications[j].merged
             await pilot.press("enter")
-            assert app._active_tab() == "classes"
-            assert app.selected == app.shown_egraph().find(merged[0])
+            assert app.main._active_tab() == "classes"
+            assert app.main.selected == app.main.shown_egraph().find(merged[0])
 
 
 class TestResultsPane:
@@ -322,7 +323,7 @@ class TestPins:
             slow = max((n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"),
                        key=lambda n: c.kernel_times[c.egraph.node(n).param])
             assert slow != chosen
-            app.select_class(out, tab=True)
+            app.main.select_class(out, tab=True)
             await pilot.pause()
             detail = app.query_one(ClassDetail)
             detail.forms.focus()
@@ -346,7 +347,7 @@ class TestPins:
             out = _output_class(app)
             numpy_kernel = next(n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"
                                 and c.egraph.node(n).param.device == "numpy")
-            app.select_class(out, tab=True)
+            app.main.select_class(out, tab=True)
             await pilot.pause()
             detail = app.query_one(ClassDetail)
             detail.forms.focus()
@@ -383,7 +384,7 @@ class TestAppBindings:
                 await pilot.pause(0.02)
             await pilot.press("enter")
             await pilot.pause()
-            assert app._active_tab() == "plan"
+            assert app.main._active_tab() == "plan"
 
     async def test_ctrl_s_saves_an_svg_screenshot_never_over_an_earlier_one(self, app_factory, tmp_path):
         app = app_factory("softmax.small")
@@ -405,7 +406,7 @@ class TestAppBindings:
             await pilot.press("e")  # again: plan-2, the first kept
             await first.workers.wait_for_complete()
             await pilot.pause()
-            assert first.viewed == "plan"
+            assert first.main.viewed == "plan"
             exports = [n for n in first._notifications if n.title == "Export"]
             assert [n.severity for n in exports] == ["information"] * 2
             assert "plan.svg exists: kept, this export is plan-2" in exports[1].message
@@ -507,12 +508,12 @@ class TestTuning:
             assert launched.key == (chosen[0].device, c.variants[chosen[0]])
             assert launched.cells[3] == "verified" and launched.cells[6] == "off"
             await pilot.press("tab", "enter")  # the first variant's source, on its device
-            assert app._active_tab() == "source"
+            assert app.main._active_tab() == "source"
             source = app.query_one(SourceView)
             assert source.variant == variants.shown[0].key
             assert source.source_text.startswith(f"# {source.variant[0]}: ")
             await pilot.press("3", *["left_square_bracket"] * 3)  # kernelized: nominal estimates, no choice
-            assert app.viewed == "kernelized"
+            assert app.main.viewed == "kernelized"
             assert all(cell[-2:] in ("e ", "e<") for r in costs.shown for cell in r.cells[3:])
             assert all(r.cells[3] == "not tuned" for r in variants.shown)
 
@@ -590,8 +591,8 @@ class TestEveryAction:
             await compiled(pilot)
             hits = [hit async for hit in ExplorerCommands(app.screen).discover()]
             shown = {str(hit.display): hit.help for hit in hits}
-            for b in ExplorerApp.BINDINGS:
-                if b.action != "cancel_tuning":  # offered only while tuning
+            for b in KEYS:
+                if b.id != "cancel-tuning":  # offered only while tuning
                     assert shown[b.tooltip] == f"key: {app.get_key_display(b)}"
             assert not any("action:" in help for help in shown.values())
             assert "Stop tuning (the plan uses what was timed)" not in shown
@@ -603,7 +604,7 @@ class TestEveryAction:
         async with app.run_test(size=(140, 60)) as pilot:
             await pilot.press("question_mark")
             text = plain(app.screen.query_one("#help-keys"))
-            for b in ExplorerApp.BINDINGS:
+            for b in KEYS:
                 assert b.tooltip in text
             await pilot.press("escape")
             await compiled(pilot)
@@ -662,7 +663,7 @@ class TestLayout:
             assert [c.label for c in costs.columns[3:]] == ["numpy", "blas", "cl0"]
             assert f"cl0 = {LongNamedDevice.name}" in plain(app.query_one("#costs-legend"))
             await pilot.press("2")
-            app.select_class(_output_class(app))
+            app.main.select_class(_output_class(app))
             await pilot.pause()
             head = app.query_one("#detail-head")
             assert len(plain(head, head.content_size.width).rstrip("\n").splitlines()) <= head.content_size.height

@@ -24,7 +24,7 @@ def notes(app) -> str:
 
 async def _enter_on(pilot, tensor: str) -> None:
     table = pilot.app.query_one(ProgramTable)
-    pilot.app.action_tab("program")
+    pilot.app.main.action_tab("program")
     table.move_to(tensor)
     await pilot.press("enter")
     await pilot.pause()
@@ -48,47 +48,47 @@ class TestTensorToKernel:
             where = locate(c.egraph, c.kernelization, c.plan, "t1")
             step = c.plan.steps[where.steps[0]]
             assert isinstance(step, Launch) and "t1" in step.name
-            assert app._active_tab() == "plan" and app.query_one(PlanTable).current_key == where.steps[0]
-            assert app.selected == where.value and app.kernel == step.candidate
+            assert app.main._active_tab() == "plan" and app.query_one(PlanTable).current_key == where.steps[0]
+            assert app.main.selected == where.value and app.main.kernel == step.candidate
             assert f"kernel {step.name} at step {where.steps[0] + 1}" in notes(app)
 
     async def test_enter_on_an_input_jumps_to_its_allocate(self, app_factory):
         async with jumped(app_factory, "w1") as (app, _):
             step = app.session.compilation.plan.steps[app.query_one(PlanTable).current_key]
-            assert app._active_tab() == "plan" and getattr(step, "input", None) == "w1"
+            assert app.main._active_tab() == "plan" and getattr(step, "input", None) == "w1"
 
     async def test_t_goes_back_from_a_plan_step_to_the_tensors_it_computes(self, app_factory):
         async with jumped(app_factory, "t1") as (app, pilot):
             await pilot.press("t")
-            assert app._active_tab() == "program"
-            assert app.query_one(ProgramTable).current_key in app.session.tensors_of(app.kernel)
-            assert "t1" in app.session.tensors_of(app.kernel)
+            assert app.main._active_tab() == "program"
+            assert app.query_one(ProgramTable).current_key in app.session.tensors_of(app.main.kernel)
+            assert "t1" in app.session.tensors_of(app.main.kernel)
             detail = app.query_one(TensorDetail).summary.plain  # where it went, also in the tensor's detail
             step = app.query_one(PlanTable).current_key
-            assert "compiled: value in c" in detail and f"kernel {app.session.kernel_name(app.kernel)} at step {step + 1}" in detail
+            assert "compiled: value in c" in detail and f"kernel {app.session.kernel_name(app.main.kernel)} at step {step + 1}" in detail
 
     async def test_t_goes_back_from_a_costs_row_the_source_pane_and_a_kernel_form(self, app_factory):
         async with jumped(app_factory) as (app, pilot):
             await pilot.press("3", "down", "t")
             cand_id = app.query_one(CostsTable).current_key
-            assert app._active_tab() == "program"
+            assert app.main._active_tab() == "program"
             assert app.query_one(ProgramTable).current_key == app.session.tensors_of(cand_id)[0]
-            app.show_kernel(cand_id)
+            app.main.show_kernel(cand_id)
             await pilot.press("5", "t")
-            assert app._active_tab() == "program"
+            assert app.main._active_tab() == "program"
             eg = app.session.compilation.egraph
-            app.select_class(eg.output_classes()["y"], tab=True)
+            app.main.select_class(eg.output_classes()["y"], tab=True)
             detail = app.query_one(ClassDetail)
-            form = next(n for n in eg.eclass(app.selected).nodes if eg.node(n).op == "kernel")
+            form = next(n for n in eg.eclass(app.main.selected).nodes if eg.node(n).op == "kernel")
             detail.forms.focus()
             detail.forms.cursor = detail.forms.index_of(("form", form))
             await pilot.press("t")
-            assert app._active_tab() == "program" and app.query_one(ProgramTable).current_key == "t2"
+            assert app.main._active_tab() == "program" and app.query_one(ProgramTable).current_key == "t2"
 
     async def test_t_without_a_kernel_is_a_warning(self, app_factory):
         async with jumped(app_factory) as (app, pilot):
             await pilot.press("4", "t")  # the plan's first step allocates an input: no kernel
-            assert app._active_tab() == "plan" and "highlight a kernel" in notes(app)
+            assert app.main._active_tab() == "plan" and "highlight a kernel" in notes(app)
 
 
 class TestDecisionsShown:
@@ -97,15 +97,15 @@ class TestDecisionsShown:
             await pilot.press("5")
             source = app.query_one(SourceView)
             text = str(source.content.renderables[0]) + str(source.content.renderables[2])
-            assert app.session.kernel_name(app.kernel) in text and "program tensors: t0, t1" in text
+            assert app.session.kernel_name(app.main.kernel) in text and "program tensors: t0, t1" in text
             assert "grown from" in text and "left out" in text
 
     async def test_explaining_a_kernel_form_shows_why_it_is_shaped_so(self, app_factory):
         async with jumped(app_factory, "y") as (app, pilot):  # an output: its class has kernel forms
             detail = app.query_one(ClassDetail)
-            app.action_tab("classes")
+            app.main.action_tab("classes")
             eg = app.session.compilation.egraph
-            kernel = next(n for n in eg.eclass(app.selected).nodes if eg.node(n).op == "kernel")
+            kernel = next(n for n in eg.eclass(app.main.selected).nodes if eg.node(n).op == "kernel")
             detail.forms.focus()
             detail.forms.cursor = detail.forms.index_of(("form", kernel))
             await pilot.press("enter")

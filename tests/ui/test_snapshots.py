@@ -28,7 +28,7 @@ def _snap(snap_compare, *keys: str, then=None) -> bool:
 
 
 def _output_class(app) -> None:
-    app.select_class(next(iter(app.session.compilation.egraph.output_classes().values())), tab=True)
+    app.main.select_class(next(iter(app.session.compilation.egraph.output_classes().values())), tab=True)
 
 
 class TestSnapshots:

@@ -14,6 +14,7 @@ from engine.pipeline import Options
 from engine.plan import execute
 from engine.timeline import Bar, PoolMemory, Timeline
 from tests.ui.conftest import compiled, plain
+from zyx_explorer import app as app_module
 from zyx_explorer import model
 from zyx_explorer.screens.timeline import TimelineScreen
 from zyx_explorer.widgets.class_detail import ClassDetail
@@ -36,7 +37,7 @@ async def _pin_slowest_output_kernel(app, pilot) -> int:
     out = next(iter(c.egraph.output_classes().values()))
     slow = max((n for n in c.egraph.eclass(out).nodes if c.egraph.node(n).op == "kernel"),
                key=lambda n: c.kernel_times[c.egraph.node(n).param])
-    app.select_class(out, tab=True)
+    app.main.select_class(out, tab=True)
     await pilot.pause()
     detail = app.query_one(ClassDetail)
     detail.forms.focus()
@@ -104,7 +105,7 @@ class TestTimeline:
             assert "measured: each step's time in the run" in lines[0]
             c = app.session.compilation
             short = app.session.short()
-            ((_, t),) = app.session.timelines(app.viewed)
+            ((_, t),) = app.session.timelines(app.main.viewed)
             axis = next(line for line in lines if "┤" in line)
             start, cols = axis.index("0"), axis.index("┤") - axis.index("0") + 1
             for device in {s.device for s in c.plan.launches()}:
@@ -152,7 +153,7 @@ async def test_the_ui_answers_keys_while_the_what_if_runs(app_factory, monkeypat
     """The run is held until the test lets it go: meanwhile a key still switches the pane."""
     release, real = threading.Event(), pipeline.run_what_if
     threads = []
-    monkeypatch.setattr(pipeline, "run_what_if",
+    monkeypatch.setattr(app_module, "run_what_if",
                         lambda *a: threads.append(threading.current_thread()) or (release.wait(10) and real(*a)))
     app = app_factory(options=FAST)
     async with app.run_test(size=(140, 40)) as pilot:

@@ -1,4 +1,4 @@
-"""The ``?`` help screen: what every key does."""
+"""The ``?`` help screen: what every key does (its binding's long name) and what every pane shows."""
 
 from __future__ import annotations
 
@@ -46,14 +46,15 @@ class HelpScreen(ModalScreen[None]):
                                   padding: 0 1; }
     """
 
-    def __init__(self, bindings: list[tuple[str, str]]) -> None:
+    def __init__(self, bindings: list[Binding]) -> None:
         super().__init__()
-        self.keys = bindings
+        self.bindings = bindings
 
     def compose(self) -> ComposeResult:
         keys = Table("key", "action", title="Keys", title_justify="left", box=None)
-        for key, description in self.keys:
-            keys.add_row(key, description)
+        for b in self.bindings:
+            keys.add_row(self.app.get_key_display(b), b.tooltip or b.description)
+        keys.add_row("ctrl+p", "Command palette")  # Textual's own key
         panes = Table("pane", "what it shows", title="Panes", title_justify="left", box=None)
         for pane, what in PANES:
             panes.add_row(pane, what)

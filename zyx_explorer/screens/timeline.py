@@ -11,7 +11,7 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header
 
-from engine.timeline import Timeline
+from engine import Timeline
 from zyx_explorer.widgets.timeline_view import TimelineView
 
 

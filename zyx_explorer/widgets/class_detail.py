@@ -8,46 +8,33 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.message import Message
 from textual.widgets import Static
 
-from engine.egraph import explain, format_explanation
-from engine.egraph.egraph import ClassId, EGraph, NodeId
-from engine.extract import Extraction, Term, Why
-from engine.kernel.attach import KernelNode
-from engine.kernel.kernelize import Kernelization
-from zyx_explorer.model import plural, seconds_text, shape_text, term_text
+from engine import (
+    ClassId,
+    EGraph,
+    Extraction,
+    Kernelization,
+    KernelNode,
+    NodeId,
+    Term,
+    Why,
+    explain,
+    format_explanation,
+)
+from zyx_explorer.messages import ShowClass, ShowKernel
+from zyx_explorer.model import KERNELIZED, plural, seconds_text, shape_text, term_text
+from zyx_explorer.view import View
 from zyx_explorer.widgets.text_list import TextList
 
 HEAD_LINES = 5
 """The head's least height: the class line and a why line of up to four lines."""
 
 
-def _update_in_place(static: Static, text: Text) -> None:
-    """Show ``text`` in ``static``, laying the screen out again only when its height changes (a relayout
-    repaints every widget: it is what makes a key on a big e-graph slow)."""
-    width = static.content_region.width
-    lines = len(text.wrap(static.app.console, width)) if width and text.plain else 0
-    static.update(text, layout=lines != getattr(static, "_zyx_lines", -1))
-    static._zyx_lines = lines  # type: ignore[attr-defined]
-
-
 class ClassDetail(Vertical):
     """Header (shape, chosen form and why), a line per form and per child class, and an explanation.
 
     The forms' keys are ``("form", node)`` and ``("child", class)``."""
-
-    class Follow(Message):
-        """Enter on a child link."""
-
-        def __init__(self, cid: ClassId) -> None:
-            super().__init__()
-            self.cid = cid
-
-    class FormHighlighted(Message):
-        def __init__(self, node: NodeId) -> None:
-            super().__init__()
-            self.node = node
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -62,6 +49,9 @@ class ClassDetail(Vertical):
         self._kz: Kernelization | None = None
         self._short: Mapping[str, str] = {}
         self._kernel_lines: Callable[[str], list[str]] = lambda cand_id: []
+        self._explain_lines = -1
+        """Lines the explanation took when last shown (see ``_show_explanation``)."""
+        self.view: View | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="detail-head")
@@ -88,19 +78,39 @@ class ClassDetail(Vertical):
                 static.styles.height = self._head[1]
         static.update(head, layout=False)
 
+    def _show_explanation(self, text: Text) -> None:
+        """Show ``text`` below the forms, laying the screen out again only when its height changes (a relayout
+        repaints every widget: it is what makes a key on a big e-graph slow)."""
+        static = self.query_one("#explain", Static)
+        width = static.content_region.width
+        lines = len(text.wrap(self.app.console, width)) if width and text.plain else 0
+        static.update(text, layout=lines != self._explain_lines)
+        self._explain_lines = lines
+
     def clear(self, message: str) -> None:
         self.egraph, self.cid = None, None
         self.query_one("#detail-head", Static).update(Text(message, "dim"), layout=False)
         self.forms.set_items([])
-        _update_in_place(self.query_one("#explain", Static), Text(""))
+        self._show_explanation(Text(""))
 
-    def show(self, eg: EGraph, cid: ClassId, extraction: Extraction | None, times: Mapping[KernelNode, float],
-             kz: Kernelization | None, pins: Mapping[ClassId, object], why: Why | None = None,
-             measured: Callable[[KernelNode], bool] = lambda kn: False, short: Mapping[str, str] | None = None,
-             kernel_lines: Callable[[str], list[str]] = lambda cand_id: []) -> None:
-        """Render class ``cid`` of ``eg``; ``why`` explains its choice in the extractor's objective, with each
-        kernel's time marked by ``measured`` (m) or predicted (p) and devices by their ``short`` names;
-        ``kernel_lines(candidate)`` are the kernelizer's decisions, shown when a kernel form is explained."""
+    def show(self, view: View, cid: ClassId | None) -> None:
+        """Class ``cid`` of the view's e-graph: its forms, why one is chosen (in the extractor's objective, each
+        kernel's time measured or predicted), its kernels as of the view's stage."""
+        self.view = view
+        s, stage, eg = view.session, view.stage, view.egraph()
+        if eg is None or cid is None or cid >= eg.num_added:
+            self.clear("no e-graph at this stage yet" if eg is None else "no class selected")
+            return
+        c, current = s.compilation, s.current()
+        kz = c.kernelization if c is not None and view.reached(KERNELIZED) else None
+        self._show_class(eg, cid, s.extraction(stage), s.kernel_times(stage), kz, s.pins, s.why(stage, cid),
+                         current.measured if current is not None else lambda kn: False, s.short(),
+                         lambda cand_id: s.kernel_lines(stage, cand_id))
+
+    def _show_class(self, eg: EGraph, cid: ClassId, extraction: Extraction | None,
+                    times: Mapping[KernelNode, float], kz: Kernelization | None, pins: Mapping[ClassId, object],
+                    why: Why | None, measured: Callable[[KernelNode], bool], short: Mapping[str, str],
+                    kernel_lines: Callable[[str], list[str]]) -> None:
         same = self.egraph is eg and self.cid == eg.find(cid)
         keep = self.forms.cursor if same else 0
         cid = eg.find(cid)
@@ -137,7 +147,7 @@ class ClassDetail(Vertical):
                 ("→ ", "bold cyan"), (f"c{ch}", "underline cyan"),
                 f" {shape_text(child.shape)} {child.dtype}, {plural(len(child.nodes), 'form')}")))
         self.forms.set_items(items, keep)
-        _update_in_place(self.query_one("#explain", Static), Text(self.explanation))
+        self._show_explanation(Text(self.explanation))
 
     def _term(self, eg: EGraph, t: Term) -> str:
         return term_text(eg, self._kz, t, self._short, self._measured)
@@ -171,19 +181,19 @@ class ClassDetail(Vertical):
         return text
 
     def _form_text(self, eg: EGraph, n: NodeId, cid: ClassId, costs, times, kz, roots, pins) -> Text:
-        op, param, _ = eg.node(n)
+        param = eg.node(n).param
         text = Text()
         text.append("★ " if n in self.chosen else "  ", "bold yellow")
         text.append("📌" if pins.get(cid) == n else "  ")
         text.append("A " if n == self.marked else "  ", "bold magenta")
         text.append(f"n{n} ", "dim")
         described = eg.describe(n)
-        if op == "kernel" and kz is not None:  # by its readable name (the source pane shows the hash)
-            described = described.replace(param.candidate.split("@")[0], kz.name(param.candidate), 1)  # type: ignore[union-attr]
+        if isinstance(param, KernelNode) and kz is not None:  # by its readable name (the source pane shows the hash)
+            described = described.replace(param.candidate.split("@")[0], kz.name(param.candidate), 1)
         text.append(self._with_short_names(described), "bold" if n in self.chosen else "")
-        if op == "kernel" and param in times:
-            mark = "m" if self._measured(param) else "p"  # type: ignore[arg-type]
-            text.append(f"  {self._device(param.device)} {seconds_text(times[param])} {mark}", "cyan")  # type: ignore[attr-defined]
+        if isinstance(param, KernelNode) and param in times:
+            mark = "m" if self._measured(param) else "p"
+            text.append(f"  {self._device(param.device)} {seconds_text(times[param])} {mark}", "cyan")
             if n in costs:
                 delta = costs[n]
                 text.append(f" (plan {'+' if delta >= 0 else '-'}{seconds_text(abs(delta))})", "dim")
@@ -207,26 +217,35 @@ class ClassDetail(Vertical):
             text += f"\n\nwhy kernel {self._kz.name(param.candidate)} is shaped so:\n" + "\n".join(
                 f"  {line}" for line in self._kernel_lines(param.candidate))
         self.explanation = text
-        _update_in_place(self.query_one("#explain", Static), Text(text))
+        self._show_explanation(Text(text))
         return text
 
-    @on(TextList.Selected, "#forms")
-    def _selected(self, event: TextList.Selected) -> None:
-        event.stop()
-        kind, ident = event.key  # type: ignore[misc]
-        if kind == "child":
-            self.post_message(self.Follow(ident))
-        elif self.cid is not None:
-            n = ident
-            other = self.marked if self.marked is not None else min(self.chosen, default=self.egraph.eclass(n).nodes[0])
-            self.explain_forms(other, n)
-
-    @on(TextList.Highlighted, "#forms")
-    def _highlighted(self, event: TextList.Highlighted) -> None:
-        event.stop()
+    def explain(self) -> bool:
+        """Explain the highlighted form against the marked (or chosen) one; False if no form is highlighted."""
         n = self.highlighted_form()
-        if n is not None:
-            self.post_message(self.FormHighlighted(n))
+        if n is None or self.egraph is None:
+            return False
+        other = self.marked if self.marked is not None else min(self.chosen, default=self.egraph.eclass(n).nodes[0])
+        self.explain_forms(other, n)
+        return True
+
+    @on(TextList.Selected)
+    def _selected(self, event: TextList.Selected) -> None:
+        """Enter on a child link follows it; on a form, explains it."""
+        event.stop()
+        if isinstance(event.key, tuple) and event.key[0] == "child":
+            self.post_message(ShowClass(event.key[1]))
+        elif self.cid is not None:
+            self.explain()
+
+    @on(TextList.Highlighted)
+    def _highlighted(self, event: TextList.Highlighted) -> None:
+        """A kernel form shows its source (the variant the view's stage gives it)."""
+        event.stop()
+        n, eg, view = self.highlighted_form(), self.egraph, self.view
+        param = eg.node(n).param if n is not None and eg is not None else None
+        if isinstance(param, KernelNode) and view is not None:
+            self.post_message(ShowKernel(param.candidate, (param.device, view.session.variant(view.stage, param))))
 
     def mark(self) -> NodeId | None:
         """Mark the highlighted form as the left side of the next explanation."""

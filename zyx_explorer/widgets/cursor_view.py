@@ -25,6 +25,10 @@ class CursorView(ScrollView, can_focus=True):
 
     HEADER: ClassVar[int] = 0
     """Lines above the rows (a table's column labels)."""
+    SELECT: ClassVar = Binding("enter", "select", "Select", show=False, key_display="enter", id="select",
+                               tooltip="Follow a child link / explain a form / select a row / a program tensor: its "
+                                       "class, kernel, plan step")
+    """What enter does in each of the explorer's tables and lists (the help screen lists it)."""
     BINDINGS: ClassVar = [
         Binding("up", "move(-1)", "Up", show=False),
         Binding("down", "move(1)", "Down", show=False),
@@ -32,7 +36,7 @@ class CursorView(ScrollView, can_focus=True):
         Binding("pagedown", "page(1)", "Page down", show=False),
         Binding("home", "jump(0)", "First", show=False),
         Binding("end", "jump(-1)", "Last", show=False),
-        Binding("enter", "select", "Select", show=False),
+        SELECT,
     ]
 
     cursor: reactive[int] = reactive(0, always_update=True, repaint=False)

@@ -12,6 +12,7 @@ from textual import events
 from textual.geometry import Region
 from textual.strip import Strip
 
+from zyx_explorer.rows import Row
 from zyx_explorer.widgets.cursor_view import CursorView
 
 
@@ -28,17 +29,6 @@ class Column:
 
 
 MIN_FLEX = 8
-
-
-@dataclass(frozen=True)
-class Row:
-    key: Hashable
-    cells: tuple[str, ...]
-    style: str = ""
-    sort: tuple = ()
-    """Sort values, one per column (defaults to the cells)."""
-    search: str = ""
-    """What ``/`` filters on (defaults to the cells)."""
 
 
 def matches(query: str, text: str) -> bool:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from engine import Program
 from zyx_explorer.model import shape_text
-from zyx_explorer.widgets.line_table import Column, LineTable, Row
+from zyx_explorer.rows import Row
+from zyx_explorer.widgets.line_table import Column, LineTable
 
 COLUMNS = (Column("name", 12), Column("op", 10), Column("args", 22, flex=True), Column("shape", 14), Column("dtype", 5))
 

@@ -9,21 +9,24 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.pipeline import Compilation
 from zyx_explorer.model import result_summary, shape_text
+from zyx_explorer.view import View
 
 
 def _stats(a: np.ndarray) -> tuple[str, str, str, str]:
     if a.size == 0:
         return ("", "", "", "")
     f = np.asarray(a, np.float64)
-    return tuple(f"{x:.4g}" for x in (f.min(), f.max(), f.mean(), f.std()))  # type: ignore[return-value]
+    low, high, mean, std = (f"{x:.4g}" for x in (f.min(), f.max(), f.mean(), f.std()))
+    return low, high, mean, std
 
 
 class ResultsView(Static):
     """Filled once the ``executed`` stage exists; before that, the numbers known so far."""
 
-    def show(self, c: Compilation | None) -> None:
+    def show(self, view: View) -> None:
+        """The view's compilation (the what-if's when a pin is set) as far as it got."""
+        c = view.session.current() if view.session.compilation is not None else None
         if c is None:
             self.update(Text("compiling…", "dim"))
             return
@@ -44,8 +47,8 @@ class ResultsView(Static):
             return
         outputs = Table("output", "shape", "dtype", "min", "max", "mean", "std", "first values",
                         title="Outputs", title_justify="left")
-        for name, value in c.execution.outputs.items():
-            a = np.asarray(value)
+        for name, output in c.execution.outputs.items():
+            a = np.asarray(output)
             first = ", ".join(f"{x:.4g}" for x in a.reshape(-1)[:4].astype(np.float64))
             outputs.add_row(Text(name), shape_text(a.shape), str(a.dtype), *_stats(a), first)
         parts.append(outputs)

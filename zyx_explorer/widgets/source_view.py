@@ -10,11 +10,9 @@ from rich.syntax import Syntax
 from rich.text import Text
 from textual.widgets import Static
 
-from engine.devices.base import Device
-from engine.devices.source import device_source
-from engine.kernel.kernelize import Candidate
-from engine.kernel.schedule import DEFAULT_VARIANT, Variant
+from engine import DEFAULT_VARIANT, Candidate, Device, Variant, device_source
 from zyx_explorer.model import seconds_text
+from zyx_explorer.view import View
 from zyx_explorer.widgets.ir_lexer import KernelIRLexer
 
 
@@ -28,10 +26,22 @@ class SourceView(Static):
         self.source_text = ""
         """The device source shown (plain)."""
 
-    def show(self, cand_id: str | None, cand: Candidate | None, times: Mapping[str, tuple[float, bool]], theme: str,
-             variant: tuple[str, Variant] | None = None, launched: tuple[str, Variant] | None = None,
-             devices: Mapping[str, Device] = {}, short: Mapping[str, str] = {}, name: str = "",
-             tensors: Sequence[str] = (), decisions: Sequence[str] = ()) -> None:
+    def show(self, view: View, cand_id: str | None, variant: tuple[str, Variant] | None = None) -> None:
+        """Candidate ``cand_id`` as of the view's stage; ``variant``: (device, variant) to show (None: the one the
+        plan launches)."""
+        s, current = view.session, view.session.current()
+        times = {k.device: (t, current is not None and current.measured(k))
+                 for k, t in s.kernel_times(view.stage).items() if k.candidate == cand_id}
+        launched = view.launched(cand_id) if cand_id else None
+        c, name = s.compilation, cand_id or ""
+        self._show(cand_id, s.candidate(cand_id) if cand_id else None, times,
+                   "monokai" if self.app.current_theme.dark else "default", variant or launched, launched,
+                   {d.name: d for d in c.devices} if c is not None else {}, s.short(), s.kernel_name(name),
+                   s.tensors_of(name), s.kernel_lines(view.stage, name))
+
+    def _show(self, cand_id: str | None, cand: Candidate | None, times: Mapping[str, tuple[float, bool]], theme: str,
+              variant: tuple[str, Variant] | None, launched: tuple[str, Variant] | None, devices: Mapping[str, Device],
+              short: Mapping[str, str], name: str, tensors: Sequence[str], decisions: Sequence[str]) -> None:
         """``times``: (seconds, measured) by device name; ``variant``: (device, variant) to show, ``launched``: the plan's;
         ``devices``: by name (what runs depends on the device); ``short``: the devices' short names; ``name``: the
         kernel's readable name, ``tensors``: the program tensors it computes, ``decisions``: why it is shaped so."""

@@ -12,6 +12,7 @@ from textual.widgets import Static
 
 from engine import STAGES
 from zyx_explorer.model import seconds_text
+from zyx_explorer.view import View
 
 SHORT = {"program": "prog", "egraph": "egraph", "saturated": "sat", "kernelized": "kern", "tuned": "tuned",
          "plan": "plan", "executed": "exec"}
@@ -43,11 +44,13 @@ class StageBar(Static):
         super().__init__(**kwargs)
         self.state: BarState | None = None
 
-    def show(self, done: list[str], viewed: str, seconds: dict[str, float], running: bool,
-             iteration: int | None, iterations: int, failed: str | None = None, activity: str | None = None,
-             notes: Mapping[str, str] = {}) -> None:
-        """``activity``: what the running stage is doing; ``notes``: a word after a stage's name."""
-        self.state = BarState(done, viewed, seconds, running, iteration, iterations, failed, activity, notes)
+    def show(self, view: View) -> None:
+        """The session's stages, the viewed one, and what the compilation is doing (a word after a stage's name:
+        tuning stopped)."""
+        s = view.session
+        notes = {"tuned": "(stopped)"} if view.stopped and "tuned" in s.done else {}
+        self.state = BarState(s.done, view.stage, s.seconds, view.running, view.iteration, s.iterations(), s.failed,
+                              view.activity, notes)
         self._draw()
 
     def on_resize(self, event: events.Resize) -> None:

@@ -7,9 +7,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from engine import Program
-from engine.program.attrs import to_json_value
-from engine.program.primitives import PrimGraph
+from engine import PrimGraph, Program, to_json_value
 
 
 def _shape(shape: tuple[int, ...]) -> str:

@@ -8,6 +8,7 @@ from typing import ClassVar
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.geometry import Region
 from textual.strip import Strip
 
@@ -54,7 +55,7 @@ class TextList(CursorView):
     def canvas_width(self) -> int:
         return self.scrollable_content_region.width
 
-    def on_resize(self) -> None:
+    def on_resize(self, event: events.Resize) -> None:
         self._strips.clear()
 
     def render_lines(self, crop: Region) -> list[Strip]:

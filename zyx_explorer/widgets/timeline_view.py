@@ -10,8 +10,7 @@ from rich.text import Text
 from textual import events
 from textual.widgets import Static
 
-from engine import units
-from engine.timeline import Timeline
+from engine import Timeline, units
 
 LAUNCH_STYLES = ("bold green", "bold cyan")
 """Neighbouring launches alternate between these, so that two bars that touch stay two."""
