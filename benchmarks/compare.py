@@ -447,7 +447,9 @@ def _torch_fn(torch, kind: str | Program, t: Mapping[str, object]) -> Callable[[
 
 def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int,
                 compiled: bool = False) -> float | None:
-    """Best CUDA-event seconds of ``_torch_fn``, eager or through ``torch.compile`` (data on the GPU)."""
+    """Best CUDA-event seconds of ``_torch_fn``, eager or through ``torch.compile`` (data on the GPU), queued
+    behind a ``cuda_blas.HOLD``-long busy kernel as our device's launches are (``cuda_blas.launch``): the events time the GPU's
+    work, not the host's dispatch of the first call."""
     fn = _torch_fn(torch, kind, {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()})
     if fn is None:
         return None
@@ -457,6 +459,7 @@ def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], re
     best = float("inf")
     for _ in range(repeats):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(cuda_blas.HOLD * 2e9))  # cycles of at most 2 GHz: at least HOLD, as our launches
         start.record()
         fn()
         end.record()

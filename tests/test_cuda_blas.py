@@ -14,7 +14,7 @@ import sample_graphs
 from engine import DType, Tensor, from_tensors, load
 from engine.devices import cuda_blas
 from engine.devices.base import Link
-from engine.devices.numpy_device import NumpyDevice
+from engine.devices.numpy_device import NumpyDevice, is_contraction_load
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
 from engine.tuning.model import suggest
@@ -44,8 +44,10 @@ def _numpy_as_cupy() -> types.SimpleNamespace:
     """numpy behind cupy's names: the device's own logic runs on the host."""
     cuda = types.SimpleNamespace(Device=_Device, Event=_Event, get_elapsed_time=lambda a, b: 1e-3,
                                  runtime=types.SimpleNamespace(runtimeGetVersion=lambda: 0))
+    spin = types.SimpleNamespace(get_function=lambda name: lambda grid, block, args: None)
     return types.SimpleNamespace(__version__="numpy", cuda=cuda, empty=np.empty, asarray=np.asarray,
-                                 asnumpy=np.asarray, matmul=np.matmul, lib=np.lib)
+                                 asnumpy=np.asarray, matmul=np.matmul, lib=np.lib, RawModule=lambda code: spin,
+                                 ones=np.ones)
 
 
 class _HostCublas(cuda_blas.CublasDevice):
@@ -192,9 +194,9 @@ def test_on_the_gpu_fp32_math_is_not_tf32():
     n = 1024
     a = Tensor.input("a", (n, n))
     b = Tensor.input("b", (n, n))
-    c = compile_program(from_tensors({"y": a @ b}), [NumpyDevice(), device], Options(tune_cache=False))
-    assert c.verification.ok and {s.device for s in c.plan.launches()} == {device.name}
+    c = compile_program(from_tensors({"y": a @ b}), [NumpyDevice()], Options(tune=False, tune_cache=False))
     k = c.plan.launches()[0]
+    assert cuda_blas.as_matmul(k.kernel) is not None  # cuBLAS runs it
     values = c.program.input_values()
     ins = [device.upload(values[x]) for x in ("a", "b")]
     out = device.alloc(k.kernel.output_types[0])
@@ -205,7 +207,8 @@ def test_on_the_gpu_fp32_math_is_not_tf32():
 
 
 @pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
-@pytest.mark.parametrize("sample", ["mlp.small", "gelu_ffn.small", "swiglu_mlp.small", "elementwise.small",
+@pytest.mark.parametrize("sample", ["mlp.small", "gelu_ffn.small", "swiglu_mlp.small", "residual_mlp.small",
+                                    "conv_relu.small", "elementwise.small",
                                     "attention.small", "layernorm.small", "reductions.small", "sum.small"])
 def test_on_the_gpu_each_kernel_matches_the_numpy_device_and_plans_verify(sample):
     (device,) = cuda_blas.discover()[:1]
@@ -245,3 +248,28 @@ def test_a_kernel_the_device_refuses_is_recorded_with_its_reason():
     c = compile_program(from_tensors({"y": x.exp()}), [NumpyDevice(), device], Options(tune=False, tune_cache=False))
     assert c.verification.ok and {s.device for s in c.plan.launches()} == {"numpy"}
     assert c.attached.refused and all(r == {device.name: "f16 or f64 values"} for r in c.attached.refused.values())
+
+
+@pytest.mark.parametrize("sample", ["swiglu_mlp.small", "residual_mlp.small", "conv_relu.small"])
+def test_factors_that_are_computed_get_a_prologue_and_the_plan_verifies(sample):
+    """rmsnorm's and layernorm's scaled rows before a matmul, a padded convolution's operand: computed into a
+    scratch buffer first, so that the contraction is a GEMM."""
+    device = _host_cublas()
+    program = load(sample_graphs.path(sample))
+    c = compile_program(program, [NumpyDevice(), device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+    staged = [mm for s in c.plan.launches() if s.device == device.name
+              and (mm := cuda_blas.as_matmul(s.kernel)) is not None and mm.prologues]
+    assert staged
+    for mm in staged:
+        for pro in mm.prologues:
+            assert pro.reduce is None and not pro.stages
+        assert all(is_contraction_load(f) for f in (mm.a, mm.b))
+        shown = device.source(mm.kernel).text
+        assert shown.count("// prologue ") == len(mm.prologues) and shown.index("// prologue 1") < shown.index("cuBLAS")
+
+
+def test_dot_products_per_row_are_left_to_nvrtc_reductions():
+    x = Tensor.input("x", (64, 256))
+    (k,) = _kernels((x * x).sum(-1))
+    assert k.reduce is not None and cuda_blas.as_matmul(k) is None and _host_cublas().supports(k)

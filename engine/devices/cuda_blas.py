@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -26,9 +27,9 @@ import numpy as np
 
 from engine.devices.base import Device, Link, Source
 from engine.devices.chunk_plan import Plan, plan
-from engine.devices.numpy_device import contraction
+from engine.devices.numpy_device import contraction, is_contraction_load
 from engine.kernel.index import flatten, var
-from engine.kernel.ir import Acc, Buffer, Kernel, Load, map_exprs
+from engine.kernel.ir import Acc, Buffer, Expr, Kernel, Load, Reduce, map_exprs
 from engine.kernel.render import cuda
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
@@ -39,6 +40,11 @@ NOMINAL_LINK = Link(20e-6, 4e9)
 22 us + 4.6 GB/s)."""
 THREADS = 2048
 """Threads one multiprocessor holds at once."""
+HOLD = 200e-6
+"""Seconds a timed launch keeps the GPU busy ahead of its start event, so that the host's work of queueing the
+launch (cupy's matmul dispatch, NVRTC launches: tens of µs) overlaps it and the events time the GPU's work alone,
+as an OpenCL device's profiling events do."""
+SPIN = 'extern "C" __global__ void spin(long long cycles) { long long t = clock64(); while (clock64() - t < cycles) {} }'
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,13 @@ class Matmul:
     k: tuple[int, ...]
     order: tuple[int, ...]
     epilogue: Kernel | None
+    prologues: tuple[Kernel, ...] = ()
+    """Reduce-free kernels that write the factors the kernel computes (not bare loads) into scratch buffers, the
+    split kernel's inputs after the kernel's own, so that cuBLAS reads them: rmsnorm's ``x * g * rsqrt(ms)``
+    before a matmul, a padded convolution's im2col operand."""
     built: Nvrtc | None = None
     """The epilogue as compiled (``CublasDevice.compile``)."""
+    built_prologues: tuple[Nvrtc, ...] = ()
 
 
 def epilogue(kernel: Kernel) -> Kernel | None:
@@ -87,10 +98,38 @@ def epilogue(kernel: Kernel) -> Kernel | None:
     return Kernel((*kernel.inputs, Buffer(kernel.shape, red.dtype)), kernel.shape, kernel.vars, None, tuple(outputs))
 
 
+def staged(p: Plan) -> tuple[Plan, tuple[Kernel, ...]] | None:
+    """``p`` with each factor of its contraction that is not a bare affine load read from a scratch buffer
+    instead (a new input after the kernel's own, over the axes the factor spans, row-major), and the reduce-free
+    kernels that write those buffers; None when a factor has no CUDA source."""
+    assert p.factors is not None and p.kernel.reduce is not None
+    k, red = p.kernel, p.kernel.reduce
+    axes = sorted(p.axes, key=p.axes.get)
+    swap: dict[Expr, Expr] = {}
+    prologues: list[Kernel] = []
+    for factor in p.factors:
+        if is_contraction_load(factor):
+            continue
+        span = tuple(axes[i] for i in sorted(p.spans[factor]))
+        shape = tuple(v.size for v in span)
+        prologue = Kernel(k.inputs, shape, span, None, (factor,))
+        if cuda.cuda_error(prologue) is not None:
+            return None
+        swap[factor] = Load(len(k.inputs) + len(prologues), flatten([var(v) for v in span], shape),
+                            math.prod(shape), factor.dtype)
+        prologues.append(prologue)
+    if not prologues:
+        return p, ()
+    (body,) = map_exprs([red.body], swap)
+    scratch = tuple(Buffer(pro.shape, pro.outputs[0].dtype) for pro in prologues)
+    kernel = Kernel((*k.inputs, *scratch), k.shape, k.vars, Reduce(red.op, red.vars, body), k.outputs)
+    return plan(kernel, view_elements=sys.maxsize), tuple(prologues)
+
+
 def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | None:
-    """``kernel`` as one batched matmul (and an epilogue), or None: not a float32 contraction, an epilogue
-    without CUDA source, a global axis that neither factor reads (its output would be a broadcast) or a reduce
-    axis only one reads."""
+    """``kernel`` as one batched matmul (after prologues, before an epilogue), or None: not a float32
+    contraction, a prologue or epilogue without CUDA source, a global axis that neither factor reads (its output
+    would be a broadcast), a reduce axis only one reads, or no m and n axes (batched dot products)."""
     if kernel.stages or kernel.reduce is None or kernel.reduce.dtype != DType.F32:
         return None
     after = epilogue(kernel)
@@ -98,9 +137,13 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
         return None
     if any(b.dtype != DType.F32 for b in kernel.inputs):
         return None
-    p = plan(kernel)
+    p = plan(kernel, view_elements=sys.maxsize)
     if p.factors is None:
         return None
+    found = staged(p)
+    if found is None:
+        return None
+    p, prologues = found
     loads = contraction(p.kernel)
     if loads is None:
         return None
@@ -116,7 +159,9 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
     m = tuple(i for i in range(ng) if uses[i] == (True, False))
     n = tuple(i for i in range(ng) if uses[i] == (False, True))
     k = tuple(i for i in range(ng, len(axes)) if uses[i][0])
-    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after)
+    if all(axes[i].size == 1 for i in (*m, *n)):
+        return None  # dot products (a row's sum of squares): NVRTC's block reductions beat cuBLAS's 1x1 GEMMs
+    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after, prologues)
 
 
 def _sizes(mm: Matmul) -> list[int]:
@@ -146,7 +191,8 @@ class CublasDevice(Device):
     tile = 128
     """Side of the output tile one multiprocessor computes at a time (the roofline counts waves of tiles)."""
 
-    def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK, units: int = 132) -> None:
+    def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK, units: int = 132,
+                 clock_hz: float = 1.98e9) -> None:
         self._cp = cp
         self.index = index
         self.units = units
@@ -157,6 +203,9 @@ class CublasDevice(Device):
         self.driver_version = f"cupy {cp.__version__} cuda {cp.cuda.runtime.runtimeGetVersion()}"
         self._plans: dict[str, Matmul | None] = {}
         self._built: dict[tuple[str, Variant], Nvrtc] = {}
+        self._hold_cycles = int(HOLD * clock_hz)
+        self._spin: Any = None
+        self._blas_ready = False
 
     def _matmul(self, kernel: Kernel) -> Matmul | None:
         if kernel.key not in self._plans:
@@ -190,19 +239,33 @@ class CublasDevice(Device):
         found = self._matmul(kernel)
         if found is None:
             return self._build(kernel, variant)
+        self._start_blas()
         built = None if found.epilogue is None else self._build(found.epilogue, variant)
-        return replace(found, variant=variant, built=built)
+        prologues = tuple(self._build(pro, DEFAULT_VARIANT) for pro in found.prologues)
+        return replace(found, variant=variant, built=built, built_prologues=prologues)
+
+    def _start_blas(self) -> None:
+        """Make cuBLAS's handle and workspace, which its first call does (0.1 s after an OpenCL context on the same
+        GPU), here, so that no timed launch pays for them."""
+        if not self._blas_ready:
+            with self._cp.cuda.Device(self.index):
+                one = self._cp.ones((2, 2), np.float32)
+                self._cp.asnumpy(self._cp.matmul(one, one))
+            self._blas_ready = True
 
     def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
-        """NVRTC's CUDA C; for a matmul-shaped kernel the cuBLAS call (a comment) and its epilogue's CUDA C."""
+        """NVRTC's CUDA C; for a matmul-shaped kernel its prologues' CUDA C, the cuBLAS call (a comment) and its
+        epilogue's CUDA C."""
         mm = self._matmul(kernel)
         if mm is None:
             return Source("CUDA C (NVRTC)", "cuda", cuda.source(kernel, variant)[0])
         batch, m, k, n = _dims(mm)
-        call = (f"// {kernel.name}: cuBLAS SGEMM (TF32 off) by cupy.matmul, {batch} x ({m} x {k}) @ ({k} x {n})\n"
+        first = "".join(f"// prologue {i + 1}: writes the factor the GEMM reads as in{len(kernel.inputs) + i}\n"
+                        f"{cuda.source(pro, DEFAULT_VARIANT)[0]}\n" for i, pro in enumerate(mm.prologues))
+        call = first + (f"// {kernel.name}: cuBLAS SGEMM (TF32 off) by cupy.matmul, {batch} x ({m} x {k}) @ ({k} x {n})\n"
                 f"// of the strided views in{mm.a.input}[{mm.a.index}] and in{mm.b.input}[{mm.b.index}]\n")
         if mm.epilogue is None:
-            return Source("cuBLAS call", "cuda", call)
+            return Source("CUDA C (NVRTC), then a cuBLAS call" if mm.prologues else "cuBLAS call", "cuda", call)
         then = f"// then its epilogue, reading the matmul's result as in{len(kernel.inputs)}:\n"
         return Source("cuBLAS call, then CUDA C (NVRTC)", "cuda", call + then + cuda.source(mm.epilogue, variant)[0])
 
@@ -258,19 +321,33 @@ class CublasDevice(Device):
             blocks, threads = cuda.grid(e.kernel, e.variant)
             e.function((blocks,), (threads,), tuple(args))
 
+    def _hold(self) -> None:
+        """Queue a kernel that keeps the GPU busy for ``HOLD`` seconds (``SPIN``, built once)."""
+        if self._spin is None:
+            self._spin = self._cp.RawModule(code=SPIN).get_function("spin")
+        self._spin((1,), (1,), (np.int64(self._hold_cycles),))
+
     def launch(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> float:
-        """Run the kernel (matmul, then its epilogue) and return its GPU time (CUDA events around it)."""
+        """Run the kernel (prologues, matmul, epilogue) and return its GPU time: CUDA events around it, queued
+        behind ``_hold`` so that the host's dispatch is not counted."""
         cp = self._cp
         with cp.cuda.Device(self.index):
             start, end = cp.cuda.Event(), cp.cuda.Event()
             if isinstance(compiled, Nvrtc):
                 calls = [lambda: self._nvrtc(compiled, [*inputs, *outputs])]
-            elif compiled.built is None:
-                calls = [self._gemm(compiled, inputs, outputs[0])]
             else:
-                acc = cp.empty(compiled.kernel.numel, np.float32)
-                epilogue = compiled.built
-                calls = [self._gemm(compiled, inputs, acc), lambda: self._nvrtc(epilogue, [*inputs, acc, *outputs])]
+                scratch = [cp.empty(pro.kernel.numel, np.float32) for pro in compiled.built_prologues]
+                calls = [lambda pro=pro, s=s: self._nvrtc(pro, [*inputs, s])
+                         for pro, s in zip(compiled.built_prologues, scratch)]
+                operands = [*inputs, *scratch]
+                if compiled.built is None:
+                    calls.append(self._gemm(compiled, operands, outputs[0]))
+                else:
+                    acc = cp.empty(compiled.kernel.numel, np.float32)
+                    epilogue = compiled.built
+                    calls += [self._gemm(compiled, operands, acc),
+                              lambda: self._nvrtc(epilogue, [*inputs, acc, *outputs])]
+            self._hold()
             start.record()
             for call in calls:
                 call()
@@ -289,7 +366,14 @@ class CublasDevice(Device):
             batch, m, k, n = _dims(mm)
             waves = math.ceil(batch * math.ceil(m / self.tile) * math.ceil(n / self.tile) / self.units)
             seconds = max(seconds, waves * 2 * self.tile * self.tile * k * self.units / self.flops)
+            seconds += sum(self.launch_overhead + self._prologue_bytes(pro) / self.bandwidth for pro in mm.prologues)
         return self.launch_overhead + seconds
+
+    @staticmethod
+    def _prologue_bytes(prologue: Kernel) -> int:
+        """What a prologue moves: the inputs it reads, its scratch buffer written, then read by the GEMM."""
+        read = {load.input for load in prologue.loads()}
+        return sum(prologue.inputs[i].nbytes for i in read) + 2 * sum(b.nbytes for b in prologue.output_types)
 
     def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         """``estimate`` over the share of the GPU an NVRTC launch fills: fewer threads than the multiprocessors
@@ -325,7 +409,8 @@ def discover(notes: list[str] | None = None) -> list[CublasDevice]:
             try:
                 for i in range(cp.cuda.runtime.getDeviceCount()):
                     props = cp.cuda.runtime.getDeviceProperties(i)
-                    devices.append(CublasDevice(cp, i, props["name"].decode(), units=props["multiProcessorCount"]))
+                    devices.append(CublasDevice(cp, i, props["name"].decode(), units=props["multiProcessorCount"],
+                                                clock_hz=props["clockRate"] * 1e3))
             except Exception as e:  # no driver, no device
                 why = f"no CUDA device ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
             if not devices and not why:

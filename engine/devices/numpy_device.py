@@ -144,14 +144,14 @@ class NumpyDevice(HostMemory, Device):
         return 0.0
 
 
-def _is_contraction_load(e: object) -> bool:
+def is_contraction_load(e: object) -> bool:
     return isinstance(e, Load) and e.dtype.is_float and e.index.is_affine and not e.clamped
 
 
 def contraction(kernel: Kernel) -> tuple[Load, Load] | None:
     """The two loads of a kernel whose reduce is ``sum(a * b)`` of affine unclamped float loads (a matmul)."""
     factors = product_factors(kernel)
-    if factors is None or not all(map(_is_contraction_load, factors)):
+    if factors is None or not all(map(is_contraction_load, factors)):
         return None
     return factors  # type: ignore[return-value]
 
