@@ -414,6 +414,12 @@ class WhatIf:
         assert self.base.plan is not None and self.compilation.plan is not None
         return self.base.plan.predicted, self.compilation.plan.predicted
 
+    @property
+    def predicted_delta(self) -> float:
+        """Seconds the what-if plan is predicted to take more (negative: less) than the base plan."""
+        before, after = self.predicted
+        return after - before
+
 
 def what_if(c: Compilation, pins: Mapping[ClassId, Pin]) -> WhatIf:
     """Planned compilation ``c`` re-extracted under ``pins``, not run; ``c`` is untouched.

@@ -53,14 +53,6 @@ from zyx_explorer.rows import Row
 
 bytes_text, seconds_text, shape_text = units.nbytes, units.seconds, units.shape  # the explorer's names (panes
 plural, short_devices = units.plural, units.short_devices                    # import them from here)
-KERNELIZED, TUNED, PLAN = Stage.KERNELIZED, Stage.TUNED, Stage.PLAN
-
-
-def reached(stage: str, name: str) -> bool:
-    """Whether viewing ``stage`` shows what stage ``name`` made (``Stage.shows``, for the App's stage name)."""
-    return Stage(stage).shows(name)
-
-
 class PinError(ValueError):
     """A pin that cannot be honoured (no kernel computes the pinned form)."""
 
@@ -205,20 +197,19 @@ class Session:
 
     # -- pins ------------------------------------------------------------------------------
 
-    def pin(self, cid: ClassId, target: PinTarget) -> tuple[float, float]:
-        """Pin class ``cid`` to a form (node id) or a device (name) and re-extract; returns predicted (before, after)."""
-        before = self._predicted()
+    def pin(self, cid: ClassId, target: PinTarget) -> WhatIf | None:
+        """Pin class ``cid`` to a form (node id) or a device (name) and re-extract; returns the what-if."""
         pins = {**self.pins, cid: target}
         self.what, self.whatif_run = reextract(self._base(), pins), None
         self.pins = pins
-        return before, self._predicted()
+        return self.what
 
-    def unpin(self, cid: ClassId) -> tuple[float, float]:
-        before = self._predicted()
+    def unpin(self, cid: ClassId) -> WhatIf | None:
+        """Drop ``cid``'s pin and re-extract under the others; returns the what-if (None when no pin is left)."""
         pins = {k: v for k, v in self.pins.items() if k != cid}
         self.what, self.whatif_run = reextract(self._base(), pins) if pins else None, None
         self.pins = pins
-        return before, self._predicted()
+        return self.what
 
     def ran(self, whatif: Compilation, run: WhatIfRun) -> bool:
         """Keep ``run`` as the measurement of ``whatif``: False (dropped) when the pins changed meanwhile."""
@@ -239,9 +230,16 @@ class Session:
         c = self.compilation
         return short_devices(d.name for d in c.devices) if c is not None else {}
 
-    def _predicted(self) -> float:
-        c = self.current()
-        return c.plan.predicted if c is not None and c.plan is not None else math.nan
+
+
+def pin_text(what: str, whatif: WhatIf | None, real: float) -> str:
+    """What a pin or unpin did, in the engine's numbers: the plans' predicted totals and the extraction's delta
+    (``extract.compare``), both against the real plan (predicted ``real`` seconds)."""
+    if whatif is None:
+        return f"{what}: the real plan again, predicted {seconds_text(real)}"
+    before, after = whatif.predicted
+    return (f"{what}: predicted {seconds_text(before)} -> {seconds_text(after)} "
+            f"({seconds_text(whatif.predicted_delta, signed=True)}); extraction {whatif.delta}")
 
 
 def what_if_text(run: WhatIfRun) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from engine import EGraph, KernelNode, TuneResult, Variant
+from engine import EGraph, KernelNode, Stage, TuneResult, Variant
 from zyx_explorer import model
 
 
@@ -34,7 +34,7 @@ class View:
 
     def reached(self, name: str) -> bool:
         """Whether this stage shows what stage ``name`` made."""
-        return model.reached(self.stage, name)
+        return Stage(self.stage).shows(name)
 
     def cost_sources(self) -> tuple[Mapping[KernelNode, float], Mapping[KernelNode, TuneResult]]:
         """Kernel times and tuning results the costs show: those of the stage, or, while ``live``, a copy of what

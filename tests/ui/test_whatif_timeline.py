@@ -44,6 +44,11 @@ async def _pin_slowest_output_kernel(app, pilot) -> int:
     detail.forms.cursor = detail.forms.index_of(("form", slow))
     await pilot.press("p")
     assert app.session.pins == {out: slow}
+    what = app.session.what
+    said = [n.message for n in app._notifications if n.title == "What-if"][-1]
+    assert f"pinned c{out} to n{slow}: predicted {units.seconds(what.predicted[0])} -> " in said
+    assert said.endswith(f"; extraction {what.delta}")  # the engine's extract.compare, not a sum made here
+    assert what.delta.dag > 0 and what.predicted_delta > 0  # the slowest form costs more, in both terms
     return slow
 
 

@@ -17,7 +17,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, TabbedContent, TabPane
 
-from engine import ClassId, EGraph, KernelNode, Launch, NodeId, PrimGraph, Program, Variant
+from engine import ClassId, EGraph, KernelNode, Launch, NodeId, PrimGraph, Program, Stage, Variant, WhatIf
 from zyx_explorer import model
 from zyx_explorer.messages import LocateTensor, OpenClass, ShowClass, ShowKernel
 from zyx_explorer.screens.timeline import TimelineScreen
@@ -228,7 +228,7 @@ class MainScreen(Screen[None]):
 
     @on(ShowClass)
     def _show_class(self, message: ShowClass) -> None:
-        if message.stage is not None and not model.reached(self.viewed, message.stage):
+        if message.stage is not None and not Stage(self.viewed).shows(message.stage):
             self.viewed, self.follow, self.iteration = message.stage, False, None
             self.refresh_panes()
         self.select_class(message.cid, tab=message.tab)
@@ -440,7 +440,7 @@ class MainScreen(Screen[None]):
         if n is None or detail.cid is None:
             self.notify("highlight a form of a class to pin it", severity="warning")
             return None
-        if not model.reached(self.viewed, model.KERNELIZED):
+        if not Stage(self.viewed).shows(Stage.KERNELIZED):
             self.notify("pins apply to the kernelized e-graph: switch to a later stage", severity="warning")
             return None
         return detail.cid, n
@@ -452,18 +452,16 @@ class MainScreen(Screen[None]):
             return
         self._what_if(lambda: self.session.unpin(cid), f"unpinned c{cid}")
 
-    def _what_if(self, change: Callable[[], tuple[float, float]], what: str) -> None:
+    def _what_if(self, change: Callable[[], WhatIf | None], what: str) -> None:
         try:
-            before, after = change()
+            whatif = change()
         except Exception as e:  # an impossible pin (model.PinError) is refused, never a crash
             self.notify(str(e), title="Pin", severity="error", markup=False)
             return
-        delta = after - before
-        sign = "+" if delta >= 0 else "-"
-        self.notify(f"{what}: predicted {model.seconds_text(before)} -> {model.seconds_text(after)} "
-                    f"({sign}{model.seconds_text(abs(delta)) if not math.isnan(delta) else '?'})", title="What-if",
+        real = self.session.compilation.plan if self.session.compilation is not None else None
+        self.notify(model.pin_text(what, whatif, real.predicted if real is not None else math.nan), title="What-if",
                     markup=False)
-        if self.follow or not model.reached(self.viewed, model.PLAN):
+        if self.follow or not Stage(self.viewed).shows(Stage.PLAN):
             self.viewed = self.session.done[-1]
         self.refresh_panes(refill=True)
 

@@ -17,13 +17,14 @@ from engine import (
     Kernelization,
     KernelNode,
     NodeId,
+    Stage,
     Term,
     Why,
     explain,
     format_explanation,
 )
 from zyx_explorer.messages import ShowClass, ShowKernel
-from zyx_explorer.model import KERNELIZED, plural, seconds_text, shape_text, term_text
+from zyx_explorer.model import plural, seconds_text, shape_text, term_text
 from zyx_explorer.view import View
 from zyx_explorer.widgets.text_list import TextList
 
@@ -102,7 +103,7 @@ class ClassDetail(Vertical):
             self.clear("no e-graph at this stage yet" if eg is None else "no class selected")
             return
         c, current = s.compilation, s.current()
-        kz = c.kernelization if c is not None and view.reached(KERNELIZED) else None
+        kz = c.kernelization if c is not None and view.reached(Stage.KERNELIZED) else None
         self._show_class(eg, cid, s.extraction(stage), s.kernel_times(stage), kz, s.pins, s.why(stage, cid),
                          current.measured if current is not None else lambda kn: False, s.short(),
                          lambda cand_id: s.kernel_lines(stage, cand_id))

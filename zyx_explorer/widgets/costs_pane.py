@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from engine import units
+from engine import Stage, units
 from zyx_explorer import model
 from zyx_explorer.messages import ShowKernel
 from zyx_explorer.view import Memo, View
@@ -48,7 +48,7 @@ class CostsPane(Vertical):
         s, c, table = view.session, view.session.current(), self.costs
         times, tuning = view.cost_sources()
         extraction = s.extraction(view.stage)
-        estimated = not view.live and not view.reached(model.TUNED)
+        estimated = not view.live and not view.reached(Stage.TUNED)
         if not self._memo.changed(c, tuple(times.values()) if view.live else times, extraction, len(tuning),
                                   estimated, view.refill):
             return
@@ -85,7 +85,7 @@ class CostsPane(Vertical):
         if tuned:
             short = s.short()
             text += " (" + ", ".join(f"{short.get(r.device, r.device)} cache {r.cache}" for r in tuned) + ")"
-        elif not view.reached(model.TUNED):
+        elif not view.reached(Stage.TUNED):
             text += " (before tuning: default variants, nominal estimates)"
         else:
             text += " (not tuned: the cost model's suggestion)"

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from engine import ExecPlan, KernelNode, Launch
+from engine import ExecPlan, KernelNode, Launch, Stage
 from zyx_explorer import model
 from zyx_explorer.messages import ShowClass, ShowKernel
 from zyx_explorer.view import Memo, View
@@ -40,7 +40,7 @@ class PlanPane(Vertical):
             self.query_one(PlanTable).set_rows([])
             summary.update("no plan at this stage")
             return
-        measured = c.execution.step_times if c.execution is not None and view.reached("executed") else None
+        measured = c.execution.step_times if c.execution is not None and view.reached(Stage.EXECUTED) else None
         if self._memo.changed(plan, measured, view.refill):
             self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured, s.short()))
         text = (f"{model.plural(len(plan.steps), 'step')}, {model.plural(len(plan.launches()), 'launch', 'launches')} "

@@ -117,7 +117,7 @@ def check(kernel: Kernel) -> None:
 
 
 def program_source(items: list[tuple[Kernel, Variant]], emitter: Callable[[Kernel, Variant], CStyleEmitter]) -> str:
-    """One program holding the kernel functions of ``items`` (built together: a build costs ~0.3 s on PoCL).
+    """One program holding the kernel functions of ``items`` (built together: every build has a fixed cost).
 
     Their names must differ; pragmas and helper functions are emitted once.  ``emitter`` makes each
     function's emitter (the renderer's ``CStyleEmitter`` subclass).

@@ -2,8 +2,7 @@
 
 This is a departure from DESIGN.md, which names two executors (numpy and OpenCL). On a CPU neither
 reaches the memory floor: the numpy device makes a pass over memory per op, and PoCL's work items
-vectorise badly (an exp chain over 16M floats: numpy device 61 ms, PoCL ~85 ms, tinygrad's clang
-backend 23 ms, the floor ~9 ms). Here each kernel is compiled by the system C compiler and runs in
+vectorise badly (benchmarks/RESULTS.md, "CPU, the native C device", has the figures). Here each kernel is compiled by the system C compiler and runs in
 place on the host's numpy arrays (``engine.devices.native``).
 
 The expressions come from the C-style emitter (``engine.kernel.render.base.CStyleEmitter``): OpenCL C's scalar
