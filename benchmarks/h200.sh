@@ -2,7 +2,7 @@
 # Runs benchmarks/compare.py --gpu on the H200 device machine: bash benchmarks/h200.sh [compare.py args...]
 # (bash benchmarks/h200.sh --sweep [matmul_sweep.py args...] runs the matmul variant sweep instead;
 #  bash benchmarks/h200.sh --calibration [calibration.py args...] the cost-model calibration and cold compiles)
-# Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24 (and tinygrad) in .wheels/ (carried).
+# Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24, graphviz (and tinygrad) in .wheels/ (carried).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 ZYX_EXPLORE_CACHE=/tmp/zx-cache
