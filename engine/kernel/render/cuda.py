@@ -193,7 +193,7 @@ def variant_error(kernel: Kernel, variant: Variant) -> str | None:
     if kernel.stages and variant.unroll > 1:
         return row_error(kernel, variant)
     if variant.smem:
-        return "smem stages operands with OpenCL's vector reads (cuBLAS runs matmuls here)"
+        return "smem stages operands with OpenCL's vector reads (a contraction's smem is the device's implicit GEMM)"
     return cuda_error(kernel) or schedule_variant_error(kernel, variant)
 
 

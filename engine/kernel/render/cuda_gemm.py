@@ -30,6 +30,8 @@ from engine.program.dtypes import DType
 
 DEPTHS = (8, 16, 32)
 """Slices of k (``smem``) the kernel takes."""
+MAX_SHARED = 48 << 10
+"""Bytes of static shared memory a block may declare."""
 MAX_BATCH = 65535
 """Batches one launch covers (the grid's z limit)."""
 
@@ -65,12 +67,20 @@ def variant_error(g: Gemm, variant: Variant) -> str | None:
         return "an implicit GEMM's register tile is a multiple of 4 by a multiple of 4, at most 64 outputs"
     if (v.unroll, v.group) != (1, 0):
         return "an implicit GEMM has no unroll or group"
+    if shared_bytes(v) > MAX_SHARED:
+        return f"the tiles need {shared_bytes(v)} bytes of shared memory, more than {MAX_SHARED}"
     if g.sizes[0] > MAX_BATCH:
         return f"more than {MAX_BATCH} batches"
     for f in (g.a, g.b):
         if f.dtype != DType.F32:
             return "an implicit GEMM's factors are float32"
     return cuda_error(Kernel(g.kernel.inputs, g.kernel.shape, g.kernel.vars, None, (g.a, g.b)))
+
+
+def shared_bytes(variant: Variant) -> int:
+    """Bytes of the two buffers of both operands' tiles (padded rows: the larger case)."""
+    _, _, bm, bn, bk = shape(variant)
+    return 2 * bk * (bm + 4 + bn + 4) * 4
 
 
 def shape(variant: Variant) -> tuple[int, int, int, int, int]:
@@ -85,6 +95,13 @@ def grid(g: Gemm, variant: Variant) -> tuple[tuple[int, int, int], int]:
     _, _, bm, bn, _ = shape(variant)
     assert variant.local_size is not None
     return (math.ceil(m / bm), math.ceil(n / bn), batch), variant.local_size
+
+
+def _along(f: Expr, outer: tuple[Var, ...], k: tuple[Var, ...]) -> bool:
+    """Whether consecutive threads gather factor ``f`` along its m or n axes ``outer`` (coalesced when it is
+    contiguous there, or nowhere along k) rather than along k; its shared tile is then written row by row, and
+    needs no padding against bank conflicts."""
+    return _contiguous(f, outer) or not _contiguous(f, k)
 
 
 def _contiguous(f: Expr, axes: tuple[Var, ...]) -> bool:
@@ -120,92 +137,81 @@ class _GemmEmitter(CudaEmitter):
         self.names = saved
         return name
 
-    def gather(self, f: Expr, outer: tuple[Var, ...], tile: int, reg: str, smem: str) -> None:
-        """Load the ``tile x BK`` slice of factor ``f`` (``outer`` its m or n axes) into registers ``reg``; returns
-        nothing, but records in ``self.stores`` the statements that move ``reg`` into shared ``smem``."""
-        g, it, ind = self.gemm, self.itype, "    "
+    def gather(self, f: Expr, outer: tuple[Var, ...], tile: int, reg: str, smem: str) -> list[str]:
+        """Lines that load the ``tile x BK`` slice at ``k0`` of factor ``f`` (``outer``: its m or n axes) into the
+        registers ``reg``; the statements moving ``reg`` into shared ``smem[buf]`` go to ``self.stores``."""
+        g, it = self.gemm, self.itype
         threads, bk = self.gv.local_size, self.gv.smem
         assert threads is not None
-        count = math.ceil(tile * bk / threads)
-        along = _contiguous(f, outer) or not _contiguous(f, g.k)
-        self.lines.append(f"{ind}// {smem}: lanes along {'its rows' if along else 'k'}")
-        for q in range(count):
+        along = _along(f, outer, g.k)
+        lines = [f"// {smem}: consecutive threads along {'its rows' if along else 'k'}"]
+        for q in range(math.ceil(tile * bk / threads)):
             e = f"(tid + {threads * q})"
             row, kl = (f"({e} % {tile})", f"({e} / {tile})") if along else (f"({e} / {bk})", f"({e} % {bk})")
-            self.lines.append(f"{ind}{{")
-            self.lines.append(f"{ind}  const {it} o = {row}; const {it} kk = k0 + {kl};")
-            self.lines.append(f"{ind}  const {it} p = {'m0' if outer is g.m else 'n0'} + o;")
-            self.lines.append(f"{ind}  float v = 0.0f;")
-            limit = f"{e} < {tile * bk} && " if tile * bk % threads else ""
-            size = math.prod(v.size for v in outer)
-            self.lines.append(f"{ind}  if ({limit}p < {size} && kk < {g.sizes[3]}) {{")
-            self.declare("p", outer, ind + "    ")
-            self.declare("kk", g.k, ind + "    ")
-            self.lines.append(f"{ind}    v = {self.value(f, ind + '    ')};")
-            self.lines.append(f"{ind}  }}")
-            self.lines.append(f"{ind}  {reg}[{q}] = v;")
-            self.lines.append(f"{ind}}}")
-            guard = f"if ({e} < {tile * bk}) " if tile * bk % threads else ""
-            self.stores.append(f"    {guard}{smem}[{kl}][{row}] = {reg}[{q}];")
-        self.counts.append(count)
+            limit = f"{e} < {tile * bk}" if tile * bk % threads else ""
+            lines += ["{", f"  const {it} p = {'m0' if outer is g.m else 'n0'} + {row};",
+                      f"  const {it} kk = k0 + {kl};", "  float v = 0.0f;",
+                      f"  if ({limit + ' && ' if limit else ''}p < {math.prod(v.size for v in outer)} && "
+                      f"kk < {g.sizes[3]}) {{"]
+            body_start = len(self.lines)
+            self.declare("p", outer, "    ")
+            self.declare("kk", g.k, "    ")
+            name = self.value(f, "    ")
+            lines += self.lines[body_start:]
+            del self.lines[body_start:]
+            lines += [f"    v = {name};", "  }", f"  {reg}[{q}] = v;", "}"]
+            self.stores.append(f"{'if (' + limit + ') ' if limit else ''}{smem}[buf][{kl}][{row}] = {reg}[{q}];")
+        return lines
 
     def body(self) -> None:
-        g, it = self.gemm, self.itype
+        """Each slice of k: loaded into registers while the slice before is multiplied, then stored into the
+        other of two shared buffers, one barrier per slice; then the epilogue."""
+        g, it, lines = self.gemm, self.itype, self.lines
         rows, columns, bm, bn, bk = shape(self.gv)
-        tm, tn = self.gv.tile, self.gv.upcast
-        k = g.sizes[3]
+        tm, tn, k = self.gv.tile, self.gv.upcast, g.sizes[3]
         out_m = _contiguous(Load(0, flatten([var(v) for v in g.kernel.vars], g.kernel.shape), 1, DType.F32), g.m)
-        pad_a = 0 if _contiguous(g.a, g.m) or not _contiguous(g.a, g.k) else 4
-        pad_b = 0 if _contiguous(g.b, g.n) or not _contiguous(g.b, g.k) else 4
         self.stores: list[str] = []
-        self.counts: list[int] = []
-        lines = self.lines
         lines.append("  const int tid = threadIdx.x;")
-        # consecutive lanes along the output's contiguous axis, so the stores coalesce
+        # consecutive threads along the output's contiguous axis, so that the stores coalesce
         ty, tx = (f"(tid % {rows})", f"(tid / {rows})") if out_m else (f"(tid / {columns})", f"(tid % {columns})")
         lines.append(f"  const int ty = {ty}; const int tx = {tx};")
         lines.append(f"  const {it} m0 = ({it})blockIdx.x * {bm}; const {it} n0 = ({it})blockIdx.y * {bn};")
-        lines.append(f"  const {it} bz = blockIdx.z;")
         if g.batch:
+            lines.append(f"  const {it} bz = blockIdx.z;")
             self.declare("bz", g.batch, "  ")
-        lines.append(f"  __shared__ __align__(16) float As[{bk}][{bm + pad_a}];")
-        lines.append(f"  __shared__ __align__(16) float Bs[{bk}][{bn + pad_b}];")
+        pad_a, pad_b = (0 if _along(f, outer, g.k) else 4 for f, outer in ((g.a, g.m), (g.b, g.n)))
+        lines.append(f"  __shared__ __align__(16) float As[2][{bk}][{bm + pad_a}];")
+        lines.append(f"  __shared__ __align__(16) float Bs[2][{bk}][{bn + pad_b}];")
         lines.append(f"  float c[{tm}][{tn}];")
         lines.append(f"  #pragma unroll\n  for (int i = 0; i < {tm}; ++i)\n    #pragma unroll\n"
                      f"    for (int j = 0; j < {tn}; ++j) c[i][j] = 0.0f;")
-        qa, qb = math.ceil(bm * bk / self.gv.local_size), math.ceil(bn * bk / self.gv.local_size)
+        qa, qb = (math.ceil(t * bk / (self.gv.local_size or 1)) for t in (bm, bn))
         lines.append(f"  float ra[{qa}], rb[{qb}];")
-        lines.append(f"  for ({it} k0 = 0; ; k0 += {bk}) {{")
-        lines.append("    if (k0 == 0) {  // the first slice; later ones load while the one before is multiplied")
-        start = len(lines)
-        self.gather(g.a, g.m, bm, "ra", "As")
-        self.gather(g.b, g.n, bn, "rb", "Bs")
-        loads = lines[start:]
-        lines.append("    }")
-        lines += self.stores
-        lines.append("    __syncthreads();")
+        loads = self.gather(g.a, g.m, bm, "ra", "As") + self.gather(g.b, g.n, bn, "rb", "Bs")
+        lines += ["  {", f"    const {it} k0 = 0;", *("    " + line for line in loads), "  }"]
+        lines += ["  {", "    const int buf = 0;", *("    " + line for line in self.stores), "  }", "  __syncthreads();"]
+        lines.append(f"  for ({it} k0 = 0, buf = 0; k0 < {k}; k0 += {bk}, buf ^= 1) {{")
         lines.append(f"    const bool more = k0 + {bk} < {k};")
         lines.append("    if (more) {")
-        lines.append(f"      const {it} k0n = k0 + {bk};")
-        lines.append("      {")
-        lines.append(f"        const {it} k0 = k0n;")
-        lines += ["    " + line for line in loads]
-        lines.append("      }")
+        lines.append(f"      const {it} next = k0 + {bk};")
+        lines += ["      {", f"        const {it} k0 = next;", *("        " + line for line in loads), "      }"]
         lines.append("    }")
         lines.append("    #pragma unroll")
         lines.append(f"    for (int kk = 0; kk < {bk}; ++kk) {{")
         lines.append(f"      float a[{tm}], b[{tn}];")
-        for i4 in range(tm // 4):
-            lines.append(f"      {{ const float4 t = *(const float4*)&As[kk][{i4 * rows * 4} + ty * 4]; "
-                         f"a[{4 * i4}] = t.x; a[{4 * i4 + 1}] = t.y; a[{4 * i4 + 2}] = t.z; a[{4 * i4 + 3}] = t.w; }}")
-        for j4 in range(tn // 4):
-            lines.append(f"      {{ const float4 t = *(const float4*)&Bs[kk][{j4 * columns * 4} + tx * 4]; "
-                         f"b[{4 * j4}] = t.x; b[{4 * j4 + 1}] = t.y; b[{4 * j4 + 2}] = t.z; b[{4 * j4 + 3}] = t.w; }}")
+        for name, count, offset, width in (("a", tm // 4, "ty", rows), ("b", tn // 4, "tx", columns)):
+            smem = "As" if name == "a" else "Bs"
+            for i4 in range(count):
+                lines.append(f"      {{ const float4 t = *(const float4*)&{smem}[buf][kk][{i4 * width * 4} + {offset} * 4]; "
+                             + " ".join(f"{name}[{4 * i4 + n}] = t.{c};" for n, c in enumerate("xyzw")) + " }")
         lines.append(f"      #pragma unroll\n      for (int i = 0; i < {tm}; ++i)\n        #pragma unroll\n"
                      f"        for (int j = 0; j < {tn}; ++j) c[i][j] = fmaf(a[i], b[j], c[i][j]);")
         lines.append("    }")
+        lines.append("    if (more) {")
+        lines.append("      const int nb = buf ^ 1;")
+        lines += ["      {", "        const int buf = nb;", *("        " + line for line in self.stores), "      }"]
+        lines.append("    }")
         lines.append("    __syncthreads();")
-        lines.append("    if (!more) break;")
         lines.append("  }")
         self.epilogue(rows, columns)
 
@@ -233,14 +239,13 @@ class _GemmEmitter(CudaEmitter):
         lines.append("  }")
 
     def put(self, o: int, dtype: DType, at: str) -> str:
-        e = self.gemm.kernel.outputs[o]
-        name = self.names[e]
-        if dtype == DType.BOOL:
-            return f"out{o}[{at}] = (uchar){name};"
-        return f"out{o}[{at}] = {name};"
+        """The statement storing output ``o`` (already emitted) at element ``at``."""
+        name = self.names[self.gemm.kernel.outputs[o]]
+        return f"out{o}[{at}] = (uchar){name};" if dtype == DType.BOOL else f"out{o}[{at}] = {name};"
 
 
 def function_name(g: Gemm, variant: Variant) -> str:
+    """The function's name: the kernel's, marked as its implicit GEMM in ``variant``."""
     return f"{g.kernel.name}_igemm_{variant.tag}"
 
 
