@@ -264,3 +264,12 @@ def test_on_the_gpu_each_own_variant_matches_the_numpy_device(case):
             device.launch(device.compile(kernel, v), [device.upload(x) for x in ins], got)
             for g, w, b in zip(got, want, kernel.output_types):
                 np.testing.assert_allclose(device.download(g, b).reshape(-1), w, rtol=1e-4, atol=1e-4, err_msg=str(v))
+
+
+def test_untimed_the_implicit_gemm_is_priced_below_cublas_only_where_cublas_needs_a_prologue():
+    device = _host_cublas()
+    conv, _ = _contraction(_conv(8, 32, 64, 64, 64, 3))
+    plain, _ = _contraction(Tensor.input("a", (4096, 4096)) @ Tensor.input("b", (4096, 4096)))
+    for kernel, cheaper in ((conv, True), (plain, False)):
+        gemm = min(device.predict(kernel, v) for v in device.seeds(kernel))
+        assert (gemm < device.predict(kernel, DEFAULT_VARIANT)) == cheaper

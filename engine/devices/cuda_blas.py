@@ -201,6 +201,9 @@ class CublasDevice(Device):
     """Nominal bytes/s of its memory."""
     tile = 128
     """Side of the output tile one multiprocessor computes at a time (the roofline counts waves of tiles)."""
+    gemm_efficiency = 0.5
+    """Share of ``flops`` an implicit GEMM is assumed to reach until it is timed (fixed tiles, no library tuning):
+    untimed, it is priced above cuBLAS on a plain GEMM and below it only where cuBLAS needs a scratch operand."""
 
     def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK, units: int = 132,
                  clock_hz: float = 1.98e9) -> None:
@@ -412,7 +415,8 @@ class CublasDevice(Device):
 
     def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         """``estimate`` over the share of the GPU an NVRTC launch fills: fewer threads than the multiprocessors
-        hold (``THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200)."""
+        hold (``THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200); an
+        implicit GEMM by ``_gemm_estimate``."""
         mm = self._matmul(kernel)
         if mm is not None and variant.smem and mm.gemm is not None:
             return self._gemm_estimate(mm.gemm, variant)
@@ -423,14 +427,15 @@ class CublasDevice(Device):
         return self.launch_overhead + (self.estimate(kernel) - self.launch_overhead) / fill
 
     def _gemm_estimate(self, gemm: cuda_gemm.Gemm, variant: Variant) -> float:
-        """An implicit GEMM: its inputs read and outputs written once, its flops at ``flops`` over the share of
-        the multiprocessors its blocks fill."""
+        """An implicit GEMM: its inputs read and outputs written once, its flops at ``gemm_efficiency`` of
+        ``flops`` over the share of the multiprocessors its blocks fill."""
         kernel = gemm.kernel
         nbytes = sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
         (bx, by, bz), _ = cuda_gemm.grid(gemm, variant)
         fill = min(1.0, bx * by * bz / self.units)
         batch, m, n, k = gemm.sizes
-        return self.launch_overhead + max(nbytes / self.bandwidth, 2 * batch * m * n * k / (self.flops * fill))
+        rate = self.flops * self.gemm_efficiency * fill
+        return self.launch_overhead + max(nbytes / self.bandwidth, 2 * batch * m * n * k / rate)
 
     def transfer_estimate(self, nbytes: int) -> float:
         return self.link.seconds(nbytes)
