@@ -108,6 +108,11 @@ class Device(ABC):
         default alone."""
         return None if variant == DEFAULT_VARIANT else f"{self.name} has only the default variant"
 
+    def seeds(self, kernel: Kernel) -> list[Variant]:
+        """Variants of this device's own for ``kernel`` that the shared variant space (``engine.tuning.space``)
+        does not hold, timed with its seeds (the CUDA device's implicit GEMMs); none by default."""
+        return []
+
     @abstractmethod
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Compiled:
         """``kernel`` ready to launch."""

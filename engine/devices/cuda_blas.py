@@ -30,7 +30,7 @@ from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction, is_contraction_load
 from engine.kernel.index import flatten, var
 from engine.kernel.ir import Acc, Buffer, Expr, Kernel, Load, Reduce, map_exprs
-from engine.kernel.render import cuda
+from engine.kernel.render import cuda, cuda_gemm
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
 
@@ -44,6 +44,9 @@ HOLD = 200e-6
 """Seconds a timed launch keeps the GPU busy ahead of its start event, so that the host's work of queueing the
 launch (cupy's matmul dispatch, NVRTC launches: tens of µs) overlaps it and the events time the GPU's work alone,
 as an OpenCL device's profiling events do."""
+GEMM_SEEDS = (Variant(local_size=256, upcast=4, tile=8, smem=8), Variant(local_size=256, upcast=4, tile=8, smem=16),
+              Variant(local_size=128, upcast=4, tile=8, smem=16), Variant(local_size=256, upcast=8, tile=8, smem=8))
+"""Implicit-GEMM variants timed first: ``local_size`` threads of ``tile x upcast`` outputs, k in slices of ``smem``."""
 SPIN = 'extern "C" __global__ void spin(long long cycles) { long long t = clock64(); while (clock64() - t < cycles) {} }'
 
 
@@ -54,6 +57,8 @@ class Nvrtc:
     kernel: Kernel
     variant: Variant
     function: Any
+    geometry: tuple[tuple[int, int, int], int] | None = None
+    """Blocks (x, y, z) and threads of an implicit GEMM's launch; None: ``cuda.grid``'s 1-D launch."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,9 @@ class Matmul:
     built: Nvrtc | None = None
     """The epilogue as compiled (``CublasDevice.compile``)."""
     built_prologues: tuple[Nvrtc, ...] = ()
+    gemm: cuda_gemm.Gemm | None = None
+    """The same contraction as an implicit GEMM (``engine.kernel.render.cuda_gemm``): its factors as computed,
+    gathered into shared memory by one NVRTC kernel that also evaluates the outputs; the ``smem`` variants."""
 
 
 def epilogue(kernel: Kernel) -> Kernel | None:
@@ -98,10 +106,11 @@ def epilogue(kernel: Kernel) -> Kernel | None:
     return Kernel((*kernel.inputs, Buffer(kernel.shape, red.dtype)), kernel.shape, kernel.vars, None, tuple(outputs))
 
 
-def staged(p: Plan) -> tuple[Plan, tuple[Kernel, ...]] | None:
+def staged(p: Plan) -> tuple[Plan, tuple[Kernel, ...], dict[Expr, Expr]] | None:
     """``p`` with each factor of its contraction that is not a bare affine load read from a scratch buffer
-    instead (a new input after the kernel's own, over the axes the factor spans, row-major), and the reduce-free
-    kernels that write those buffers; None when a factor has no CUDA source."""
+    instead (a new input after the kernel's own, over the axes the factor spans, row-major), the reduce-free
+    kernels that write those buffers, and the factor each scratch load stands for; None when a factor has no
+    CUDA source."""
     assert p.factors is not None and p.kernel.reduce is not None
     k, red = p.kernel, p.kernel.reduce
     axes = sorted(p.axes, key=p.axes.get)
@@ -119,11 +128,11 @@ def staged(p: Plan) -> tuple[Plan, tuple[Kernel, ...]] | None:
                             math.prod(shape), factor.dtype)
         prologues.append(prologue)
     if not prologues:
-        return p, ()
+        return p, (), {}
     (body,) = map_exprs([red.body], swap)
     scratch = tuple(Buffer(pro.shape, pro.outputs[0].dtype) for pro in prologues)
     kernel = Kernel((*k.inputs, *scratch), k.shape, k.vars, Reduce(red.op, red.vars, body), k.outputs)
-    return plan(kernel, view_elements=sys.maxsize), tuple(prologues)
+    return plan(kernel, view_elements=sys.maxsize), tuple(prologues), {load: f for f, load in swap.items()}
 
 
 def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | None:
@@ -137,13 +146,13 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
         return None
     if any(b.dtype != DType.F32 for b in kernel.inputs):
         return None
-    p = plan(kernel, view_elements=sys.maxsize)
-    if p.factors is None:
+    direct = plan(kernel, view_elements=sys.maxsize)
+    if direct.factors is None:
         return None
-    found = staged(p)
+    found = staged(direct)
     if found is None:
         return None
-    p, prologues = found
+    p, prologues, computed = found
     loads = contraction(p.kernel)
     if loads is None:
         return None
@@ -161,7 +170,9 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
     k = tuple(i for i in range(ng, len(axes)) if uses[i][0])
     if all(axes[i].size == 1 for i in (*m, *n)):
         return None  # dot products (a row's sum of squares): NVRTC's block reductions beat cuBLAS's 1x1 GEMMs
-    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after, prologues)
+    roles = [tuple(axes[i] for i in group) for group in (batch, m, n, k)]
+    gemm = cuda_gemm.Gemm(direct.kernel, computed.get(a, a), computed.get(b, b), *roles)
+    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after, prologues, gemm=gemm)
 
 
 def _sizes(mm: Matmul) -> list[int]:
@@ -190,6 +201,9 @@ class CublasDevice(Device):
     """Nominal bytes/s of its memory."""
     tile = 128
     """Side of the output tile one multiprocessor computes at a time (the roofline counts waves of tiles)."""
+    gemm_efficiency = 0.5
+    """Share of ``flops`` an implicit GEMM is assumed to reach until it is timed (fixed tiles, no library tuning):
+    untimed, it is priced above cuBLAS on a plain GEMM and below it only where cuBLAS needs a scratch operand."""
 
     def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK, units: int = 132,
                  clock_hz: float = 1.98e9) -> None:
@@ -221,23 +235,42 @@ class CublasDevice(Device):
         found = self._matmul(kernel)
         if found is None:
             return cuda.variant_error(kernel, variant)
+        if variant.smem:
+            return "no implicit GEMM" if found.gemm is None else cuda_gemm.variant_error(found.gemm, variant)
         if found.epilogue is None:
             return None if variant == DEFAULT_VARIANT else "cuBLAS has no variants"
         return cuda.variant_error(found.epilogue, variant)
+
+    def seeds(self, kernel: Kernel) -> list[Variant]:
+        """A contraction's implicit-GEMM tiles (128 x 64, 64 x 64, 128 x 128 outputs per block), timed against
+        cuBLAS with its prologues; a row kernel's row held in registers (``cuda.row_seeds``)."""
+        if kernel.stages:
+            return cuda.row_seeds(kernel)
+        found = self._matmul(kernel)
+        if found is None or found.gemm is None:
+            return []
+        return [v for v in GEMM_SEEDS if cuda_gemm.variant_error(found.gemm, v) is None]
+
+    def _code(self, kernel: Kernel, variant: Variant) -> tuple[str, str, tuple[tuple[int, int, int], int] | None]:
+        """CUDA C, function name and launch geometry of ``kernel`` (an implicit GEMM in an ``smem`` variant)."""
+        found = self._matmul(kernel) if variant.smem else None
+        if found is not None and found.gemm is not None:
+            return (*cuda_gemm.source(found.gemm, variant), cuda_gemm.grid(found.gemm, variant))
+        return (*cuda.source(kernel, variant), None)
 
     def _build(self, kernel: Kernel, variant: Variant) -> Nvrtc:
         """The NVRTC build of ``kernel`` in ``variant``, made once: each plan execution compiles its launches,
         and a fresh module's first launch also loads it (lazily, inside the timed window)."""
         key = (kernel.key, variant)
         if key not in self._built:
-            code, name = cuda.source(kernel, variant)
+            code, name, geometry = self._code(kernel, variant)
             with self._cp.cuda.Device(self.index):
-                self._built[key] = Nvrtc(kernel, variant, self._cp.RawModule(code=code).get_function(name))
+                self._built[key] = Nvrtc(kernel, variant, self._cp.RawModule(code=code).get_function(name), geometry)
         return self._built[key]
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Nvrtc:
         found = self._matmul(kernel)
-        if found is None:
+        if found is None or variant.smem:
             return self._build(kernel, variant)
         self._start_blas()
         built = None if found.epilogue is None else self._build(found.epilogue, variant)
@@ -259,6 +292,8 @@ class CublasDevice(Device):
         mm = self._matmul(kernel)
         if mm is None:
             return Source("CUDA C (NVRTC)", "cuda", cuda.source(kernel, variant)[0])
+        if variant.smem and mm.gemm is not None:
+            return Source("CUDA C (NVRTC), an implicit GEMM", "cuda", self._code(kernel, variant)[0])
         batch, m, k, n = _dims(mm)
         first = "".join(f"// prologue {i + 1}: writes the factor the GEMM reads as in{len(kernel.inputs) + i}\n"
                         f"{cuda.source(pro, DEFAULT_VARIANT)[0]}\n" for i, pro in enumerate(mm.prologues))
@@ -318,6 +353,9 @@ class CublasDevice(Device):
 
     def _nvrtc(self, e: Nvrtc, args: list[Any]) -> None:
         if e.kernel.numel:
+            if e.geometry is not None:
+                e.function(e.geometry[0], (e.geometry[1],), tuple(args))
+                return
             blocks, threads = cuda.grid(e.kernel, e.variant)
             e.function((blocks,), (threads,), tuple(args))
 
@@ -377,12 +415,27 @@ class CublasDevice(Device):
 
     def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         """``estimate`` over the share of the GPU an NVRTC launch fills: fewer threads than the multiprocessors
-        hold (``THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200)."""
-        if self._matmul(kernel) is not None:
+        hold (``THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200); an
+        implicit GEMM by ``_gemm_estimate``."""
+        mm = self._matmul(kernel)
+        if mm is not None and variant.smem and mm.gemm is not None:
+            return self._gemm_estimate(mm.gemm, variant)
+        if mm is not None:
             return self.estimate(kernel)
         blocks, threads = cuda.grid(kernel, variant)
         fill = min(1.0, max(blocks * threads, 1) / (self.units * THREADS))
         return self.launch_overhead + (self.estimate(kernel) - self.launch_overhead) / fill
+
+    def _gemm_estimate(self, gemm: cuda_gemm.Gemm, variant: Variant) -> float:
+        """An implicit GEMM: its inputs read and outputs written once, its flops at ``gemm_efficiency`` of
+        ``flops`` over the share of the multiprocessors its blocks fill."""
+        kernel = gemm.kernel
+        nbytes = sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
+        (bx, by, bz), _ = cuda_gemm.grid(gemm, variant)
+        fill = min(1.0, bx * by * bz / self.units)
+        batch, m, n, k = gemm.sizes
+        rate = self.flops * self.gemm_efficiency * fill
+        return self.launch_overhead + max(nbytes / self.bandwidth, 2 * batch * m * n * k / rate)
 
     def transfer_estimate(self, nbytes: int) -> float:
         return self.link.seconds(nbytes)

@@ -122,6 +122,6 @@ def candidates(kernel: Kernel, device: Device) -> list[Variant]:
 
     if not device.tunable:
         return [DEFAULT_VARIANT]
-    pool = seeds(kernel, device.is_gpu)
+    pool = [*device.seeds(kernel), *seeds(kernel, device.is_gpu)]
     pool += [n for v in list(pool) for n in neighbours(kernel, v)]
     return [v for v in dict.fromkeys(pool) if device.variant_error(kernel, v) is None]

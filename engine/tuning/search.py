@@ -290,7 +290,7 @@ def tune(
         if not device.tunable:
             search.run(bench, [DEFAULT_VARIANT])
         else:
-            search.run(bench, seeds(kernel, device.is_gpu))
+            search.run(bench, [*device.seeds(kernel), *seeds(kernel, device.is_gpu)])
             best = search.ranked()[:1]
             while not search.stop():
                 beam = search.ranked()[: budget.beam]

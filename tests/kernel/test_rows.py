@@ -280,6 +280,9 @@ class _GPU:
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
         return None
 
+    def seeds(self, kernel: Kernel) -> list[Variant]:
+        return []
+
 
 @pytest.mark.skipif(not any(not d.is_gpu for d in DEVICES), reason="no OpenCL CPU device")
 def test_the_cost_model_prefers_row_kernels_on_gpus_not_cpus():

@@ -21,7 +21,7 @@ def fake_gpu() -> SimpleNamespace:
     nominal = Nominal(bandwidth=4e12, throughput=132 * 1.98e9 * 64, overhead=5e-6, transfer_bandwidth=5e10,
                       transfer_overhead=1e-5, units=132, lanes=1)
     return SimpleNamespace(nominal=nominal, is_gpu=True, tunable=True, estimate=lambda k: 0.0,
-                           variant_error=variant_error)
+                           variant_error=variant_error, seeds=lambda k: [])
 
 
 def test_gpu_seeds_start_with_staged_tiles():
