@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs benchmarks/compare.py --gpu on the H200 device machine: bash benchmarks/h200.sh [compare.py args...]
 # (bash benchmarks/h200.sh --sweep [matmul_sweep.py args...] runs the matmul variant sweep instead;
-#  bash benchmarks/h200.sh --calibration [calibration.py args...] the cost-model calibration and cold compiles)
+#  bash benchmarks/h200.sh --calibration [calibration.py args...] the cost-model calibration and cold compiles;
+#  bash benchmarks/h200.sh --variants [cuda_variants.py args...] every CUDA variant of some workloads' kernels;
+#  bash benchmarks/h200.sh --tests [pytest args...] the GPU tests)
 # Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24, graphviz (and tinygrad) in .wheels/ (carried).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wheels/*.whl || exit 1
@@ -15,6 +17,12 @@ python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_availa
 if [ "${1:-}" = "--calibration" ]; then
   shift
   python3 benchmarks/calibration.py --gpu "$@"
+elif [ "${1:-}" = "--variants" ]; then
+  shift
+  python3 benchmarks/cuda_variants.py "$@"
+elif [ "${1:-}" = "--tests" ]; then
+  shift
+  python3 -m pytest --noconftest -q -p no:cacheprovider tests/test_cuda_blas.py tests/test_cuda_gemm.py "$@"
 elif [ "${1:-}" = "--sweep" ]; then
   shift
   python3 benchmarks/matmul_sweep.py "$@"
