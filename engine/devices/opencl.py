@@ -7,6 +7,14 @@ work items (``launch_size``: one per point, per upcast tile or per group
 member), rounded up to the variant's local size, and report the event's
 profiled device time.
 
+Copies to and from a device whose memory is not the host's (a discrete GPU) go
+through a pinned staging buffer: one ``ALLOC_HOST_PTR`` buffer per device, mapped
+once, grown to the largest copy, in chunks so that the DMA overlaps the host's copy
+(``engine.devices.staging``).  Where the runtime cannot make or map one, copies
+quietly go from and to the numpy arrays as before; a device whose memory is the
+host's (PoCL on the CPU) copies directly by default, since staging would only add
+a host copy (``pinned=True`` forces staging there, as tests do).
+
 A device that stops answering (removed, reset, a driver failure: OpenCL's
 DEVICE_NOT_AVAILABLE and kin) is marked ``lost``; from then on every operation
 on it raises DeviceLostError at once, and the tuner and planner stop using it.
@@ -23,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.devices import staging
 from engine.devices.base import Device, Nominal, Source
 from engine.devices.source import opencl_source
 from engine.kernel.cost import work
@@ -109,6 +118,8 @@ class OpenCLKernel:
     program: Any = field(repr=False)
     function: Any = field(repr=False)
     """The ``pyopencl.Kernel`` of ``kernel.name``."""
+    size: tuple[int, int | None] = (0, None)
+    """Its ``launch_size`` (global, local), worked out once: every launch of a plan needs it."""
 
 
 class OpenCLDevice(Device):
@@ -116,7 +127,7 @@ class OpenCLDevice(Device):
 
     tunable = True
 
-    def __init__(self, device: Any, name: str) -> None:
+    def __init__(self, device: Any, name: str, pinned: bool | None = None) -> None:
         self.device = device
         self.name = name
         self.pool = name
@@ -133,6 +144,11 @@ class OpenCLDevice(Device):
         self.lost: str | None = None
         """Why the device stopped working, once it has (then every operation raises DeviceLostError)."""
         self.fault: Fault | None = None
+        self.pinned = _discrete(device) if pinned is None else pinned
+        """Whether copies go through the pinned staging buffer (it turns False, for good, where the runtime cannot
+        make one)."""
+        self._stage: tuple[Any, np.ndarray] | None = None
+        self._by_key: dict[tuple[str, Variant], OpenCLKernel] = {}
 
     @contextmanager
     def _guard(self, what: str, detail: Any = None) -> Iterator[None]:
@@ -159,6 +175,10 @@ class OpenCLDevice(Device):
     def driver_version(self) -> str:
         """Driver and platform version (part of the tuning cache's key)."""
         return f"{self.device.driver_version} / {self.device.platform.version}"
+
+    @property
+    def copies(self) -> str:  # type: ignore[override]
+        return "pinned" if self.pinned else "pageable"
 
     @property
     def is_gpu(self) -> bool:
@@ -229,6 +249,11 @@ class OpenCLDevice(Device):
             self.programs[generate(kernel, variant)] = program
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> OpenCLKernel:
+        """``kernel`` built in ``variant``; a kernel compiled before is found by its key without checking or
+        rendering it again (each plan execution compiles its launches)."""
+        found = self._by_key.get((kernel.key, variant))
+        if found is not None:
+            return found
         reason = self.unsupported(kernel) or self.variant_error(kernel, variant)
         if reason is not None:
             raise KernelBuildError(f"{self.name} cannot run {kernel.name} ({variant}): {reason}")
@@ -239,8 +264,10 @@ class OpenCLDevice(Device):
         compiled = self.kernels.get(source)
         if compiled is None:
             program = self.build(source)
-            compiled = OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)))
+            compiled = OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)),
+                                    launch_size(kernel, variant))
             self.kernels[source] = compiled
+        self._by_key[(kernel.key, variant)] = compiled
         return compiled
 
     def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
@@ -250,9 +277,46 @@ class OpenCLDevice(Device):
         with self._guard("transfer"):
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(buffer.nbytes, _MIN_BYTES))
 
+    def _staging(self, nbytes: int) -> np.ndarray | None:
+        """The mapped pinned staging buffer, at least ``nbytes`` long (grown in whole MiB), or None when copies do
+        not stage or the runtime cannot make one (then they stop staging)."""
+        if not self.pinned:
+            return None
+        if self._stage is not None and self._stage[1].size >= nbytes:
+            return self._stage[1]
+        self._drop_stage()
+        size = -(-max(nbytes, 1) // (1 << 20)) * (1 << 20)
+        try:
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, size)
+            host, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (size,),
+                                            np.uint8, is_blocking=True)
+        except cl.Error as e:
+            if _code(e) in _LOST_CODES:
+                raise
+            self.pinned = False
+            return None
+        self._stage = (buf, host)
+        return host
+
+    def _drop_stage(self) -> None:
+        """Unmap and release the staging buffer (before a larger one replaces it)."""
+        if self._stage is not None:
+            buf, host = self._stage
+            self._stage = None
+            host.base.release(self.queue)
+            buf.release()
+
     def upload(self, array: np.ndarray) -> Any:
         data = np.ascontiguousarray(array)
         with self._guard("transfer"):
+            stage = self._staging(data.nbytes) if data.nbytes >= _MIN_BYTES else None
+            if stage is not None:
+                handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, data.nbytes)
+                events: list[Any] = []
+                staging.copy_in(stage[:data.nbytes], staging.as_bytes(data), lambda a, b: events.append(
+                    cl.enqueue_copy(self.queue, handle, stage[a:b], dst_offset=a, is_blocking=False)))
+                events[-1].wait()  # an in-order queue: every chunk has landed
+                return handle
             if data.nbytes < _MIN_BYTES:
                 handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, _MIN_BYTES)
                 if data.nbytes:
@@ -263,7 +327,13 @@ class OpenCLDevice(Device):
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
         out = np.empty(buffer.shape, buffer.dtype.numpy)
         with self._guard("transfer"):
-            if out.nbytes:
+            stage = self._staging(out.nbytes) if out.nbytes >= _MIN_BYTES else None
+            if stage is not None:
+                parts = staging.spans(out.nbytes)
+                events = [cl.enqueue_copy(self.queue, stage[a:b], handle, src_offset=a, is_blocking=False)
+                          for a, b in parts]
+                staging.copy_out(staging.as_bytes(out), stage, parts, lambda i: events[i].wait())
+            elif out.nbytes:
                 cl.enqueue_copy(self.queue, out, handle).wait()
         return out
 
@@ -272,20 +342,34 @@ class OpenCLDevice(Device):
 
     def launch(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> float:
         """Run ``compiled`` and wait; returns the profiled device time in seconds (0 for an empty shape)."""
+        event = self._enqueue(compiled, inputs, outputs)
+        if event is None:
+            return 0.0
+        with self._guard("launch", compiled):
+            event.wait()
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def launch_queued(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> None:
+        """Enqueue ``compiled`` and return: the queue is in order, so a later copy or ``finish`` waits for it."""
+        self._enqueue(compiled, inputs, outputs)
+
+    def finish(self) -> None:
+        with self._guard("launch"):
+            self.queue.finish()
+
+    def _enqueue(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> Any:
+        """The event of ``compiled`` enqueued on its buffers (None for an empty shape: nothing to run)."""
         kernel = compiled.kernel
         assert len(inputs) == len(kernel.inputs) and len(outputs) == len(kernel.outputs)
         if kernel.numel == 0:
-            return 0.0
+            return None
         for buffer, b in zip([*inputs, *outputs], [*kernel.inputs, *kernel.output_types]):
             if buffer.size < b.nbytes:  # the kernel indexes by the declared shapes: never let it past an end
                 raise ValueError(f"{kernel.name}: a buffer of {buffer.size} bytes where {b} ({b.nbytes} bytes) is declared")
-        size, local = launch_size(kernel, compiled.variant)
+        size, local = compiled.size
         with self._guard("launch", compiled):
             compiled.function.set_args(*inputs, *outputs)
-            event = cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,),
-                                               None if local is None else (local,))
-            event.wait()
-        return (event.profile.end - event.profile.start) * 1e-9
+            return cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,), None if local is None else (local,))
 
     def estimate(self, kernel: Kernel) -> float:
         """A roofline on nominal speeds (see ``nominal``); autotuning replaces it with measured times."""
@@ -295,6 +379,14 @@ class OpenCLDevice(Device):
     def transfer_estimate(self, nbytes: int) -> float:
         n = self.nominal
         return n.transfer_overhead + nbytes / n.transfer_bandwidth
+
+
+def _discrete(device: Any) -> bool:
+    """Whether ``device`` is a GPU with memory of its own (where pinned staging pays); False when unsure."""
+    try:
+        return bool(device.type & cl.device_type.GPU) and not bool(device.host_unified_memory)
+    except Exception:  # a runtime that no longer answers the (deprecated) unified-memory query
+        return False
 
 
 def _code(error: Exception) -> int | None:
