@@ -369,6 +369,8 @@ class Session:
         self.uploads = 0
         self.reused = 0
         self._declared = _declared(plan)
+        self.inputs = tuple(self._declared)
+        """The names of the inputs the plan reads (what ``run`` needs and ``put`` takes)."""
         self._compiled: dict[tuple[str, str, Variant], Any] = {}
         self._snapshots: dict[str, np.ndarray] = {}
         """Per input, the bytes last uploaded (read-only, private to the session)."""

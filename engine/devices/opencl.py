@@ -15,6 +15,12 @@ quietly go from and to the numpy arrays as before; a device whose memory is the
 host's (PoCL on the CPU) copies directly by default, since staging would only add
 a host copy (``pinned=True`` forces staging there, as tests do).
 
+Freed buffers are kept, by size, for the next allocation of that size (up to
+``spare_bytes``): a plan run again allocates the same sizes, and a fresh buffer
+costs its first touch (page faults on a CPU runtime) and its release.  Every
+command goes through the device's one in-order queue, so a kept buffer that a
+queued launch still reads is written again only after that launch.
+
 A device that stops answering (removed, reset, a driver failure: OpenCL's
 DEVICE_NOT_AVAILABLE and kin) is marked ``lost``; from then on every operation
 on it raises DeviceLostError at once, and the tuner and planner stop using it.
@@ -55,6 +61,9 @@ except ImportError:  # pragma: no cover - pyopencl is a dependency, but discover
 
 _MIN_BYTES = 8
 """Smallest allocation: an empty tensor still gets a valid buffer (of the widest element)."""
+_REUSE_BYTES = 1 << 20
+"""An upload of fewer bytes makes a new buffer filled as it is created (no queued copy and wait); a larger one
+writes a kept buffer of its size, if there is one, through the queue (no first touch of new memory)."""
 
 
 class KernelBuildError(RuntimeError):
@@ -149,6 +158,11 @@ class OpenCLDevice(Device):
         make one)."""
         self._stage: tuple[Any, np.ndarray] | None = None
         self._by_key: dict[tuple[str, Variant], OpenCLKernel] = {}
+        self._spare: dict[int, list[Any]] = {}
+        """Freed buffers by size, for reuse."""
+        self.spare_bytes = min(int(device.global_mem_size) // 4, 1 << 31)
+        """The most bytes of freed buffers kept for reuse."""
+        self._kept = 0
 
     @contextmanager
     def _guard(self, what: str, detail: Any = None) -> Iterator[None]:
@@ -236,6 +250,8 @@ class OpenCLDevice(Device):
         """
         todo = {}
         for kernel, variant in items:
+            if (kernel.key, variant) in self._by_key:
+                continue  # compiled before (``compile`` checks that its source is still the same)
             runs = self.unsupported(kernel) is None and self.variant_error(kernel, variant) is None
             if runs and generate(kernel, variant) not in self.programs:
                 todo.setdefault(function_name(kernel, variant), (kernel, variant))
@@ -249,10 +265,10 @@ class OpenCLDevice(Device):
             self.programs[generate(kernel, variant)] = program
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> OpenCLKernel:
-        """``kernel`` built in ``variant``; a kernel compiled before is found by its key without checking or
-        rendering it again (each plan execution compiles its launches)."""
+        """``kernel`` built in ``variant``; one compiled before is found by its key without checking it again (each
+        plan execution compiles its launches), if its source (rendered once, ``generate`` is cached) is the same."""
         found = self._by_key.get((kernel.key, variant))
-        if found is not None:
+        if found is not None and found.source == generate(kernel, variant):
             return found
         reason = self.unsupported(kernel) or self.variant_error(kernel, variant)
         if reason is not None:
@@ -275,7 +291,15 @@ class OpenCLDevice(Device):
 
     def alloc(self, buffer: Buffer) -> Any:
         with self._guard("transfer"):
-            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(buffer.nbytes, _MIN_BYTES))
+            return self._buffer(max(buffer.nbytes, _MIN_BYTES))
+
+    def _buffer(self, nbytes: int) -> Any:
+        """A buffer of ``nbytes``: a kept one of that size, else a new one."""
+        kept = self._spare.get(nbytes)
+        if kept:
+            self._kept -= nbytes
+            return kept.pop()
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
 
     def _staging(self, nbytes: int) -> np.ndarray | None:
         """The mapped pinned staging buffer, at least ``nbytes`` long (grown in whole MiB), or None when copies do
@@ -311,16 +335,20 @@ class OpenCLDevice(Device):
         with self._guard("transfer"):
             stage = self._staging(data.nbytes) if data.nbytes >= _MIN_BYTES else None
             if stage is not None:
-                handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, data.nbytes)
+                handle = self._buffer(data.nbytes)
                 events: list[Any] = []
                 staging.copy_in(stage[:data.nbytes], staging.as_bytes(data), lambda a, b: events.append(
                     cl.enqueue_copy(self.queue, handle, stage[a:b], dst_offset=a, is_blocking=False)))
                 events[-1].wait()  # an in-order queue: every chunk has landed
                 return handle
             if data.nbytes < _MIN_BYTES:
-                handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, _MIN_BYTES)
+                handle = self._buffer(_MIN_BYTES)
                 if data.nbytes:
                     cl.enqueue_copy(self.queue, handle, data).wait()
+                return handle
+            if data.nbytes >= _REUSE_BYTES and self._spare.get(data.nbytes):
+                handle = self._buffer(data.nbytes)
+                cl.enqueue_copy(self.queue, handle, data).wait()
                 return handle
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
 
@@ -338,7 +366,21 @@ class OpenCLDevice(Device):
         return out
 
     def free(self, handle: Any) -> None:
-        handle.release()
+        """Keep ``handle`` for the next allocation of its size while the kept bytes stay under ``spare_bytes``,
+        else release it."""
+        if self.lost is None and self._kept + handle.size <= self.spare_bytes:
+            self._spare.setdefault(handle.size, []).append(handle)
+            self._kept += handle.size
+        else:
+            handle.release()
+
+    def trim(self) -> None:
+        """Release every kept buffer."""
+        for kept in self._spare.values():
+            for handle in kept:
+                handle.release()
+        self._spare.clear()
+        self._kept = 0
 
     def launch(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> float:
         """Run ``compiled`` and wait; returns the profiled device time in seconds (0 for an empty shape)."""

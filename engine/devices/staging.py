@@ -38,16 +38,18 @@ def as_bytes(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1).view(np.uint8)
 
 
-def spans(nbytes: int, chunk: int = CHUNK) -> list[tuple[int, int]]:
-    """``(start, stop)`` byte ranges of at most ``chunk`` bytes covering ``nbytes`` (none for 0)."""
-    return [(a, min(a + chunk, nbytes)) for a in range(0, nbytes, chunk)]
+def spans(nbytes: int, chunk: int | None = None) -> list[tuple[int, int]]:
+    """``(start, stop)`` byte ranges of at most ``chunk`` (default ``CHUNK``) bytes covering ``nbytes`` (none
+    for 0)."""
+    step = chunk or CHUNK
+    return [(a, min(a + step, nbytes)) for a in range(0, nbytes, step)]
 
 
 def _copy(dst: np.ndarray, src: np.ndarray) -> None:
     np.copyto(dst, src)
 
 
-def copy_in(dst: np.ndarray, src: np.ndarray, then: Callable[[int, int], None], chunk: int = CHUNK) -> None:
+def copy_in(dst: np.ndarray, src: np.ndarray, then: Callable[[int, int], None], chunk: int | None = None) -> None:
     """Copy the bytes of ``src`` into ``dst`` (flat uint8 arrays of one size), calling ``then(start, stop)`` on the
     caller's thread as each chunk has landed, in order (where a device starts that chunk's DMA)."""
     assert dst.size == src.size
@@ -100,7 +102,7 @@ def _wait(futures: list[Future]) -> None:
         raise error
 
 
-def same_bytes(a: np.ndarray, b: np.ndarray, chunk: int = CHUNK) -> bool:
+def same_bytes(a: np.ndarray, b: np.ndarray, chunk: int | None = None) -> bool:
     """Whether flat uint8 arrays ``a`` and ``b`` hold the same bytes, compared chunk by chunk on the copying
     threads (stopping at the first chunk that differs)."""
     if a.size != b.size:
