@@ -387,7 +387,8 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         ours = measure_plan(program, devices, inputs, budget, args.repeats, kernels_only=True)
         f = flops(program)
         theirs = _torch_time(torch, kind or program, inputs, args.repeats) if torch else None
-        compiled = _torch_time(torch, kind or program, inputs, args.repeats, compiled=True) if torch else None
+        compiled = (_torch_time(torch, kind or program, inputs, args.repeats, compiled=True)
+                    if torch and not args.no_torch_compile else None)
         trip = _torch_round_trip(torch, kind or program, inputs, args.repeats) if torch else None
         kept = _torch_round_trip(torch, kind or program, inputs, args.repeats, resident=True) if torch else None
         row = [label, ms(ours.seconds) + ours.note, f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
@@ -525,6 +526,8 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=0, help="with --tinygrad: also BEAM=N")
     parser.add_argument("--only", default="", help="--gpu: comma-separated workloads (default all five)")
     parser.add_argument("--verbose", action="store_true", help="list each plan's kernels and variants")
+    parser.add_argument("--no-torch-compile", action="store_true",
+                        help="--gpu: leave out torch.compile (its compile takes tens of seconds per workload)")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONHASHSEED", "0")
     budget = Budget(variants=args.variants, seconds=args.seconds)

@@ -97,7 +97,7 @@ def main() -> None:
     if args.gpu:
         devices = [d for d in devices if d.is_gpu][:1] + list(cuda_blas.discover())
     print("devices:", ", ".join(f"{d.name} (copies {d.copies})" for d in devices))
-    budget = Budget(variants=8, seconds=args.seconds, total=30.0)
+    budget = Budget(variants=8, seconds=args.seconds, total=5 * args.seconds)
     for name in args.samples:
         program = load(sample_graphs.path(name))
         inputs = program.input_values()
