@@ -17,8 +17,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 CHUNK = 4 << 20
-"""Bytes per chunk: large enough that a chunk's thread hand-off and DMA launch are a small part of it, small enough
-that the first DMA starts early."""
+"""The most bytes per chunk: large enough that a chunk's thread hand-off and DMA launch are a small part of it,
+small enough that the first DMA starts early."""
+MIN_CHUNK = 256 << 10
+"""The fewest bytes per chunk (but for the last): a copy of a few MiB is still cut in a few chunks per thread, so
+that its host leg runs on every thread, not on one."""
 THREADS = max(1, min(4, os.cpu_count() or 1))
 """Threads copying chunks at once (host memory bandwidth is shared; a few threads fill it)."""
 
@@ -39,9 +42,9 @@ def as_bytes(array: np.ndarray) -> np.ndarray:
 
 
 def spans(nbytes: int, chunk: int | None = None) -> list[tuple[int, int]]:
-    """``(start, stop)`` byte ranges of at most ``chunk`` (default ``CHUNK``) bytes covering ``nbytes`` (none
-    for 0)."""
-    step = chunk or CHUNK
+    """``(start, stop)`` byte ranges of ``chunk`` bytes covering ``nbytes`` (none for 0); by default two chunks per
+    thread, in whole 64 KiB, between ``MIN_CHUNK`` and ``CHUNK``."""
+    step = chunk or min(CHUNK, max(MIN_CHUNK, -(-nbytes // (2 * THREADS * 65536)) * 65536))
     return [(a, min(a + step, nbytes)) for a in range(0, nbytes, step)]
 
 
