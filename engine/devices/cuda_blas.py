@@ -14,9 +14,10 @@ pool when the array goes).  Where the runtime gives no pinned memory, copies go
 from and to pageable arrays (``cupy.asarray``, ``cupy.asnumpy``).  What copies
 cost is measured by ``engine.tuning.links`` like any pool's, keyed by the path
 they take (``transfer_estimate`` is the nominal figure used before that).  A
-copy to an OpenCL pool on the same GPU goes through the host.  TF32 stays off: cupy uses TF32 only when ``CUPY_TF32`` is set, and the device is not
-offered then.  Absent where cupy is not installed; absent with a note where
-cupy is but finds no GPU.
+copy to an OpenCL pool on the same GPU goes through the host.  TF32 stays off:
+cupy uses TF32 only when ``CUPY_TF32`` is set, and the device is not offered
+then.  Absent where cupy is not installed; absent with a note where cupy is but
+finds no GPU.
 """
 
 from __future__ import annotations
