@@ -17,8 +17,13 @@ device where cupy finds a CUDA GPU (extraction chooses): the plan's kernel time
 (profiled events, data on the device), its bandwidth as a fraction of a
 device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and torch
 eager and ``torch.compile`` (CUDA, fp32, TF32 off) where torch is importable;
-then end to end from host arrays: the plan's wall time (copies included) beside
-torch eager's ``.cuda()`` + call + ``.cpu()``.
+then end to end from host arrays to host arrays, three ways, beside torch eager's
+``.cuda()`` + call + ``.cpu()``: ``fresh`` (``execute(timed=False)``: every input
+uploaded, launches queued), ``resident`` (a ``Session`` given the same arrays
+again: each compared byte for byte with what it holds, none uploaded) and
+``put`` (a ``Session`` given ``Session.put``'s read-only arrays: reused without a
+comparison).  Each device's copy link is measured both ways first, through
+pinned staging and from pageable arrays.
 
 ``--tinygrad``: tinygrad columns (the same primitive graph rebuilt from
 tinygrad Tensor ops, run under TinyJit, best of N after warm-up): CPU (clang)
@@ -43,7 +48,7 @@ from engine.devices import LibraryDevice, NumpyDevice, cuda_blas
 from engine.devices.base import Device
 from engine.devices.native import discover as native_devices
 from engine.pipeline import Options, compile_program, run
-from engine.plan import Launch, execute
+from engine.plan import Launch, Session, execute
 from engine.program.primitives import PrimGraph
 from engine.program.reference import evaluate
 from engine.tuning import Budget
@@ -120,6 +125,10 @@ class Measured:
     """Empty when the outputs verified; else the largest error against the reference and the tolerance."""
     end_to_end: float
     """Best wall-clock seconds of the whole plan from host inputs to host outputs (copies included)."""
+    resident: float | None = None
+    """``--gpu``: the same with the inputs kept on the devices by a ``Session`` (compared byte for byte)."""
+    put: float | None = None
+    """``--gpu``: the same given the read-only arrays ``Session.put`` returned (no comparison)."""
 
 
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
@@ -139,14 +148,22 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     kernels = " ".join(f"{d}:{k}" for d, k in counts.items())
     tuned = {kn.candidate: r for kn, r in c.tuning.items()}
     details = []
+    resident = put = None
     if kernels_only:
-        times, walls = [], []
+        times = []
         for _ in range(repeats + 1):
-            began = time.perf_counter()
             steps = execute(plan, devices, inputs).step_times
-            walls.append(time.perf_counter() - began)
             times.append(sum(t for s, t in zip(plan.steps, steps) if isinstance(s, Launch)))
-        seconds, end_to_end = min(times[1:]), min(walls[1:])
+        seconds = min(times[1:])
+        end_to_end = best_of(lambda: execute(plan, devices, inputs, timed=False), repeats)
+        with Session(plan, devices) as session:
+            frozen = {k: session.put(k, inputs[k]) for k in session.inputs}
+            resident = best_of(lambda: session.run(inputs), repeats)
+            put = best_of(lambda: session.run(frozen), repeats)
+            same = session.run(inputs).outputs
+        fresh = execute(plan, devices, inputs).outputs
+        if any(not np.array_equal(fresh[k], same[k]) for k in fresh):
+            raise SystemExit(f"{program.name}: a session's outputs differ from a fresh execution's")
     else:
         seconds = end_to_end = best_of(lambda: execute(plan, devices, inputs), repeats)
     for s in plan.launches():
@@ -161,7 +178,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
     moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
                 for s in plan.launches())
-    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end)
+    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put)
 
 
 # -- peers --------------------------------------------------------------------------
@@ -340,9 +357,15 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
     devices = [gpu, *cuda_blas.discover(notes)]
     print("devices:", ", ".join(d.name for d in devices), *notes)
     for d in devices:
-        link = measure_link(d)
-        print(f"{d.name} ({d.driver_version}): host<->device copies measured {link.overhead * 1e6:.0f} us + "
-              f"{link.bandwidth / 1e9:.1f} GB/s (pageable numpy arrays)")
+        pinned = getattr(d, "pinned", None)
+        for way in (False, True) if pinned is not None else (None,):
+            if way is not None:
+                d.pinned = way  # type: ignore[attr-defined]
+            link = measure_link(d)
+            print(f"{d.name} ({d.driver_version}): host<->device copies measured {link.overhead * 1e6:.0f} us + "
+                  f"{link.bandwidth / 1e9:.1f} GB/s (copies {d.copies})")
+        if pinned is not None:
+            d.pinned = pinned  # type: ignore[attr-defined]
     torch = _torch()
     tg = []
     if args.tinygrad:
@@ -350,7 +373,8 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         if args.beam:
             tg.append((f"tinygrad CUDA BEAM={args.beam}", "CUDA", args.beam))
     head = ["workload", "ours ms", "GB/s", "% copy", "kernels' GB/s (% copy)", "GFLOP/s", "torch ms", "torch/ours",
-            "torch.compile ms", "compile/ours", "tune s", "kernels", "end to end ms", "torch round trip ms"]
+            "torch.compile ms", "compile/ours", "tune s", "kernels", "end to end ms: fresh", "resident", "put",
+            "torch round trip ms", "torch resident ms"]
     head += [f"{name} ms" for name, _, _ in tg] + ["tinygrad/ours"] * bool(tg)
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" for _ in head) + "|")
@@ -363,14 +387,16 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         ours = measure_plan(program, devices, inputs, budget, args.repeats, kernels_only=True)
         f = flops(program)
         theirs = _torch_time(torch, kind or program, inputs, args.repeats) if torch else None
-        compiled = _torch_time(torch, kind or program, inputs, args.repeats, compiled=True) if torch else None
+        compiled = (_torch_time(torch, kind or program, inputs, args.repeats, compiled=True)
+                    if torch and not args.no_torch_compile else None)
         trip = _torch_round_trip(torch, kind or program, inputs, args.repeats) if torch else None
+        kept = _torch_round_trip(torch, kind or program, inputs, args.repeats, resident=True) if torch else None
         row = [label, ms(ours.seconds) + ours.note, f"{io_bytes(program) / ours.seconds / 1e9:.0f}",
                f"{100 * io_bytes(program) / ours.seconds / copy:.0f}%" if kind in BANDWIDTH_BOUND else "-",
                f"{ours.moved / ours.seconds / 1e9:.0f} ({100 * ours.moved / ours.seconds / copy:.0f}%)",
                f"{f / ours.seconds / 1e9:.0f}" if f and kind in ("matmul", "") else "-", ms(theirs), ratio(theirs, ours.seconds),
                ms(compiled), ratio(compiled, ours.seconds), f"{ours.tune_seconds:.1f}", ours.kernels,
-               ms(ours.end_to_end), ms(trip)]
+               ms(ours.end_to_end), ms(ours.resident), ms(ours.put), ms(trip), ms(kept)]
         peer = []
         for _, device, beam in tg:
             seconds, _, error = tinygrad_time(program.lower(), inputs, device, args.repeats, beam)
@@ -468,13 +494,17 @@ def _torch_time(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], re
     return best
 
 
-def _torch_round_trip(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int) -> float | None:
-    """Best wall seconds of torch eager from host arrays to host results: ``.cuda()``, the call, ``.cpu()``."""
+def _torch_round_trip(torch, kind: str | Program, inputs: Mapping[str, np.ndarray], repeats: int,
+                      resident: bool = False) -> float | None:
+    """Best wall seconds of torch eager from host arrays to host results: ``.cuda()``, the call, ``.cpu()``;
+    ``resident``: from tensors already on the GPU (the call and ``.cpu()``)."""
     if _torch_fn(torch, kind, {}) is None:
         return None
+    on_gpu = {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()}
 
     def trip() -> None:
-        fn = _torch_fn(torch, kind, {k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()})
+        fn = _torch_fn(torch, kind, on_gpu if resident else {
+            k: torch.from_numpy(np.ascontiguousarray(v)).cuda() for k, v in inputs.items()})
         out = fn()  # type: ignore[misc]
         for y in out if isinstance(out, tuple) else (out,):
             y.cpu()
@@ -496,6 +526,8 @@ def main() -> None:
     parser.add_argument("--beam", type=int, default=0, help="with --tinygrad: also BEAM=N")
     parser.add_argument("--only", default="", help="--gpu: comma-separated workloads (default all five)")
     parser.add_argument("--verbose", action="store_true", help="list each plan's kernels and variants")
+    parser.add_argument("--no-torch-compile", action="store_true",
+                        help="--gpu: leave out torch.compile (its compile takes tens of seconds per workload)")
     args = parser.parse_args()
     os.environ.setdefault("PYTHONHASHSEED", "0")
     budget = Budget(variants=args.variants, seconds=args.seconds)

@@ -5,6 +5,12 @@ freed right after its last reader, except the program's outputs, which end in
 the host pool and are returned.  Executing a plan on real devices returns the
 outputs and the measured time of every step; a step that fails raises StepError
 naming it and its device (the pipeline then re-plans around it).
+
+``execute(..., timed=False)`` runs a plan as a caller who wants its outputs does:
+launches are queued without a wait or a timer each (``Device.launch_queued``),
+so the run costs what its copies and kernels cost, not a timed launch's waits.
+A ``Session`` runs one plan again and again and keeps its inputs on the devices
+between runs (see ``Session`` for what counts as an unchanged input).
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from engine.devices import staging
 from engine.devices.base import Device
 from engine.egraph.egraph import EGraph
 from engine.extract import Extraction, Value
@@ -208,48 +216,80 @@ def _step_device(step: Step, by_pool: Mapping[str, Device]) -> str:
 
 @dataclass(frozen=True)
 class Execution:
-    """Outputs of running a plan, and the measured seconds of each step (0 for allocations and frees)."""
+    """Outputs of running a plan, and the measured seconds of each step (0 for allocations and frees, and for
+    launches when the run was not ``timed``)."""
 
     outputs: Mapping[str, np.ndarray]
     step_times: tuple[float, ...]
+    wall: float = 0.0
+    """Wall seconds from the first step to the outputs on the host."""
+    timed: bool = True
+    """Whether each launch was timed on its device (else launches were queued and their times are 0)."""
 
     @property
     def total(self) -> float:
         return sum(self.step_times)
 
 
-def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray]) -> Execution:
-    """Run every step of ``plan``; inputs are host arrays by program input name.
+def _declared(plan: ExecPlan) -> dict[str, tuple[tuple[int, ...], Any]]:
+    return {s.input: (s.buffer.shape, s.buffer.dtype) for s in plan.steps if isinstance(s, Allocate) and s.input}
+
+
+def _compile_all(plan: ExecPlan, devices: Sequence[Device]) -> None:
+    for device in devices:  # devices that build programs build all of the plan's kernels at once
+        with contextlib.suppress(Exception):  # a failing kernel's own compile() reports it, at its step
+            device.compile_many([(s.kernel, s.variant) for s in plan.launches() if s.device == device.name])
+
+
+def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray], timed: bool = True
+            ) -> Execution:
+    """Run every step of ``plan``; inputs are host arrays by program input name.  ``timed``: each launch waits and
+    reports its device time (what tuning and the cost models' feedback read); False: launches are queued, as a
+    caller that only wants the outputs runs them.
 
     Raises InputError (before any step) when an input array is missing or of the wrong shape or dtype, and
     StepError when a step fails (after freeing the device buffers it holds).
     """
-    declared = {s.input: (s.buffer.shape, s.buffer.dtype) for s in plan.steps if isinstance(s, Allocate) and s.input}
-    run = _Run(plan, devices, check_inputs(declared, inputs))
-    for device in devices:  # devices that build programs build all of the plan's kernels at once
-        with contextlib.suppress(Exception):  # a failing kernel's own compile() reports it, at its step
-            device.compile_many([(s.kernel, s.variant) for s in plan.launches() if s.device == device.name])
-    times: list[float] = []
-    for index, step in enumerate(plan.steps):
-        try:
-            times.append(run.step(step))
-        except Exception as e:
-            run.release()
-            raise StepError(index, step, _step_device(step, run.by_pool), e) from e
-    outputs = {name: np.asarray(run.handles[v]).reshape(_shape(plan, v)) for name, v in plan.outputs.items()}
-    return Execution(outputs, tuple(times))
+    run = _Run(plan, devices, check_inputs(_declared(plan), inputs), timed)
+    _compile_all(plan, devices)
+    return run.all()
 
 
 class _Run:
-    """The state of one execution: live buffers by value, kernels compiled so far."""
+    """The state of one execution: live buffers by value, kernels compiled so far, the session whose resident
+    inputs it reads (if any)."""
 
-    def __init__(self, plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray], timed: bool,
+                 session: Session | None = None) -> None:
+        self.plan = plan
         self.by_name = {d.name: d for d in devices}
         self.by_pool = {d.pool: d for d in devices if d.pool != HOST}
         self.inputs = inputs
+        self.timed = timed
+        self.session = session
         self.handles: dict[Value, Any] = {}
-        self.compiled: dict[tuple[str, str, Variant], Any] = {}
+        self.borrowed: set[Value] = set()
+        """Values whose device buffer is the session's (a resident input): never freed by this run."""
+        self.compiled: dict[tuple[str, str, Variant], Any] = {} if session is None else session._compiled
         self.copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
+        self.input_of = {s.value: s.input for s in plan.steps if isinstance(s, Allocate) and s.input}
+
+    def all(self) -> Execution:
+        """Run every step; the outputs and the times (StepError when one fails, its buffers freed)."""
+        plan = self.plan
+        times: list[float] = []
+        start = time.perf_counter()
+        for index, step in enumerate(plan.steps):
+            try:
+                times.append(self.step(step))
+            except Exception as e:
+                self.release()
+                raise StepError(index, step, _step_device(step, self.by_pool), e) from e
+        if not self.timed:
+            for device in self.by_name.values():
+                device.finish()
+        outputs = {name: np.asarray(self.handles[v]).reshape(_shape(plan, v)) for name, v in plan.outputs.items()}
+        return Execution(outputs, tuple(times), time.perf_counter() - start, self.timed)
 
     def step(self, step: Step) -> float:
         """Run ``step``; its measured seconds (0 for allocations and frees)."""
@@ -268,6 +308,11 @@ class _Run:
         if isinstance(step, Copy):
             start = time.perf_counter()
             src, dst = step.source[1], step.target[1]
+            name = self.input_of.get(step.source)
+            if self.session is not None and name is not None and dst != HOST:
+                handles[step.target] = self.session._device_input(name, handles[step.source], by_pool[dst])
+                self.borrowed.add(step.target)
+                return time.perf_counter() - start
             data = handles[step.source] if src == HOST else by_pool[src].download(handles[step.source], step.buffer)
             if dst == HOST:
                 handles[step.target] = np.asarray(data).reshape(step.buffer.shape)
@@ -281,20 +326,150 @@ class _Run:
                 self.compiled[key] = device.compile(step.kernel, step.variant)
             ins = [handles[v] for v in step.inputs]
             outs = [handles[v] for v in step.outputs]
-            return device.launch(self.compiled[key], ins, outs)
+            if self.timed:
+                return device.launch(self.compiled[key], ins, outs)
+            device.launch_queued(self.compiled[key], ins, outs)
+            return 0.0
         pool = step.value[1]
         handle = handles.pop(step.value)
-        if pool != HOST:
+        if pool != HOST and step.value not in self.borrowed:
             by_pool[pool].free(handle)
         return 0.0
 
     def release(self) -> None:
-        """Free every device buffer still held (after a failure; errors freeing are ignored)."""
-        for (_, pool), handle in self.handles.items():
-            if pool != HOST:
+        """Free every device buffer still held but the session's (after a failure; errors freeing are ignored)."""
+        for value, handle in self.handles.items():
+            if value[1] != HOST and value not in self.borrowed:
                 with contextlib.suppress(Exception):
-                    self.by_pool[pool].free(handle)
+                    self.by_pool[value[1]].free(handle)
         self.handles.clear()
+
+
+class Session:
+    """Runs one plan again and again, keeping its inputs on the devices between runs; ``close`` (or leaving a
+    ``with`` block) frees them.
+
+    An input is uploaded again only when it changed.  **Unchanged** means: the array given for the input now has
+    the dtype, the shape and, byte for byte, the contents of the array that was uploaded for it last.  Identity
+    is neither needed nor trusted: a numpy array can be written in place through any view of its memory, and
+    numpy keeps no version to tell, so every run compares the array with a private host snapshot taken at its
+    upload (a read of the input on the host, on the copying threads, instead of a copy to the device).  The
+    one exception costs nothing: the read-only array ``put`` returns, passed back as it is, is its own snapshot
+    and cannot have changed (it is a view of memory only the session holds, and numpy refuses to make such a
+    view writeable).  So a session never runs on stale data.
+
+    Launches are queued, not timed, unless ``timed`` (then each step's time is measured, as ``execute`` does).
+    ``uploads`` and ``reused`` count the input copies made and saved, per device pool.
+    """
+
+    def __init__(self, plan: ExecPlan, devices: Sequence[Device], timed: bool = False) -> None:
+        self.plan = plan
+        self.devices = list(devices)
+        self.timed = timed
+        self.uploads = 0
+        self.reused = 0
+        self._declared = _declared(plan)
+        self.inputs = tuple(self._declared)
+        """The names of the inputs the plan reads (what ``run`` needs and ``put`` takes)."""
+        self._compiled: dict[tuple[str, str, Variant], Any] = {}
+        self._snapshots: dict[str, np.ndarray] = {}
+        """Per input, the bytes last uploaded (read-only, private to the session)."""
+        self._given: dict[str, np.ndarray] = {}
+        """Per input, the read-only view of its snapshot that ``put`` handed out."""
+        self._held: dict[tuple[str, str], tuple[Device, Any]] = {}
+        """Device buffers of inputs by (input, pool)."""
+        self._fresh: set[str] = set()
+        """Inputs checked in the current run (each is compared once per run, whatever number of pools it goes to)."""
+        self.closed = False
+        _compile_all(plan, self.devices)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Execution:
+        """Run the plan on ``inputs`` (host arrays by input name), reusing the device copies of unchanged inputs.
+        Raises InputError and StepError as ``execute`` does; after a StepError the resident inputs stay."""
+        if self.closed:
+            raise RuntimeError("the session is closed")
+        checked = check_inputs(self._declared, inputs)
+        self._fresh = set()
+        return _Run(self.plan, self.devices, checked, self.timed, self).all()
+
+    def put(self, name: str, array: np.ndarray) -> np.ndarray:
+        """Upload ``array`` as input ``name`` to every pool the plan copies it to, now, and return a read-only
+        array of its contents: passed to ``run`` as it is, it is reused without comparing bytes."""
+        if self.closed:
+            raise RuntimeError("the session is closed")
+        (checked,) = check_inputs({name: self._declared[name]}, {name: array}).values()
+        self._renew(name, checked)
+        pools = {s.target[1] for s in self.plan.steps
+                 if isinstance(s, Copy) and s.target[1] != HOST and self._input(s.source) == name}
+        by_pool = {d.pool: d for d in self.devices}
+        for pool in sorted(pools):
+            self._upload(name, checked, by_pool[pool])
+        return self._given[name]
+
+    def _input(self, value: Value) -> str | None:
+        return next((s.input for s in self.plan.steps if isinstance(s, Allocate) and s.value == value), None)
+
+    def _renew(self, name: str, array: np.ndarray) -> None:
+        """Drop input ``name``'s device copies and take a new snapshot of ``array`` (and its read-only view)."""
+        self._drop(name)
+        snapshot = np.array(array, copy=True, order="C")
+        snapshot.flags.writeable = False
+        given = snapshot.view()
+        self._snapshots[name], self._given[name] = snapshot, given
+        self._fresh.add(name)
+
+    def _unchanged(self, name: str, array: np.ndarray) -> bool:
+        """Whether ``array`` is what was last uploaded for ``name`` (see the class docstring)."""
+        if array is self._given.get(name):
+            return True
+        snapshot = self._snapshots.get(name)
+        if snapshot is None or array.dtype != snapshot.dtype or array.shape != snapshot.shape:
+            return False
+        return staging.same_bytes(staging.as_bytes(np.ascontiguousarray(array)), staging.as_bytes(snapshot))
+
+    def _upload(self, name: str, array: np.ndarray, device: Device) -> Any:
+        handle = device.upload(array)
+        self._held[(name, device.pool)] = (device, handle)
+        self.uploads += 1
+        return handle
+
+    def _device_input(self, name: str, array: np.ndarray, device: Device) -> Any:
+        """The buffer of ``device``'s pool holding input ``name`` as ``array``: the resident one when unchanged,
+        else a fresh upload (replacing every pool's stale copy)."""
+        if name not in self._fresh:
+            if not self._unchanged(name, array):
+                self._renew(name, array)
+            self._fresh.add(name)
+        held = self._held.get((name, device.pool))
+        if held is not None:
+            self.reused += 1
+            return held[1]
+        return self._upload(name, array, device)
+
+    def _drop(self, name: str) -> None:
+        for key in [k for k in self._held if k[0] == name]:
+            device, handle = self._held.pop(key)
+            with contextlib.suppress(Exception):  # a lost device's buffer is gone with it
+                device.free(handle)
+
+    @property
+    def resident(self) -> int:
+        """Device buffers held for inputs now."""
+        return len(self._held)
+
+    def close(self) -> None:
+        """Free every resident input buffer; the session runs no more."""
+        for name in list(self._snapshots):
+            self._drop(name)
+        self._snapshots.clear()
+        self._given.clear()
+        self.closed = True
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
 
 def _shape(plan: ExecPlan, value: Value) -> tuple[int, ...]:

@@ -6,17 +6,20 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import ClassVar
 
 import numpy as np
 import pytest
 
 import sample_graphs
 from engine import DType, Tensor, from_tensors, load
-from engine.devices import cuda_blas
+from engine.devices import cuda_blas, staging
 from engine.devices.base import Link
 from engine.devices.numpy_device import NumpyDevice, is_contraction_load
+from engine.kernel.ir import Buffer
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
+from engine.plan import Session, execute
 from engine.tuning.model import suggest
 from engine.tuning.space import seeds
 
@@ -273,3 +276,89 @@ def test_dot_products_per_row_are_left_to_nvrtc_reductions():
     x = Tensor.input("x", (64, 256))
     (k,) = _kernels((x * x).sum(-1))
     assert k.reduce is not None and cuda_blas.as_matmul(k) is None and _host_cublas().supports(k)
+
+
+class _Gpu(np.ndarray):
+    """A numpy array standing in for a cupy array: ``set`` and ``get`` as cupy's, recording the streams given."""
+
+    streams: ClassVar[list] = []
+
+    def set(self, arr, stream=None):
+        assert isinstance(arr, np.ndarray) and arr.shape == self.shape and arr.dtype == self.dtype
+        _Gpu.streams.append(stream)
+        np.ndarray.__setitem__(self, Ellipsis, arr)
+
+    def get(self, stream=None, out=None):
+        assert out is not None and out.shape == self.shape and out.dtype == self.dtype
+        _Gpu.streams.append(stream)
+        out[...] = self.view(np.ndarray)
+        return out
+
+
+def _numpy_as_pinned_cupy(refuse: bool = False) -> types.SimpleNamespace:
+    """``_numpy_as_cupy`` with cupy's pinned memory (bytearrays standing in; refused when ``refuse``) and a
+    current stream."""
+    cp = _numpy_as_cupy()
+    stream = types.SimpleNamespace(synchronize=lambda: None)
+
+    def alloc_pinned_memory(nbytes):
+        if refuse:
+            raise RuntimeError("cudaErrorMemoryAllocation")
+        return bytearray(nbytes)
+
+    cp.cuda.alloc_pinned_memory = alloc_pinned_memory
+    cp.cuda.get_current_stream = lambda: stream
+    cp.empty = lambda n, dtype=np.float32: np.empty(n, dtype).view(_Gpu)
+    cp.asarray = lambda a: np.array(a).view(_Gpu)
+    return cp
+
+
+@pytest.mark.parametrize("refuse", [False, True], ids=["pinned", "refused"])
+def test_copies_stage_through_pinned_memory_in_chunks_or_fall_back_and_a_session_matches(monkeypatch, refuse):
+    monkeypatch.setattr(staging, "CHUNK", 512)
+    device = _HostCublas(_numpy_as_pinned_cupy(refuse), 0, "fake", Link(0.0, 1e30))
+    _Gpu.streams = []
+    data = np.arange(1000, dtype=np.float32)  # 4000 bytes: 8 chunks
+    back = device.download(device.upload(data), Buffer(data.shape, DType.F32))
+    assert np.array_equal(back, data) and device.copies == ("pageable" if refuse else "pinned")
+    if not refuse:
+        assert len(_Gpu.streams) == 8 + 1 and all(s is not None for s in _Gpu.streams)  # 8 chunks up, 1 DMA down
+        assert device._stage.size == 1 << 20 and isinstance(back.base, np.ndarray)  # the output is pinned memory
+    c = compile_program(_program("plain"), [NumpyDevice(), device], Options(tune=False, tune_cache=False,
+                                                                              execute=False))
+    assert any(s.device == device.name for s in c.plan.launches())
+    inputs = c.program.input_values()
+    fresh = execute(c.plan, [NumpyDevice(), device], inputs)
+    with Session(c.plan, [NumpyDevice(), device]) as session:
+        queued = session.run(inputs)
+        inputs["a"][0, 0] += 1
+        changed = session.run(inputs)
+    assert np.array_equal(queued.outputs["y"], fresh.outputs["y"]) and not queued.timed
+    assert np.allclose(changed.outputs["y"], inputs["a"] @ inputs["b"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
+@pytest.mark.parametrize("nbytes", [4, 4096, (4 << 20) + 12, 40 << 20])
+def test_on_the_gpu_pinned_copies_round_trip(nbytes):
+    (device,) = cuda_blas.discover()[:1]
+    data = np.random.default_rng(1).standard_normal(nbytes // 4).astype(np.float32)
+    back = device.download(device.upload(data), Buffer(data.shape, DType.F32))
+    assert device.copies == "pinned" and np.array_equal(back, data)
+
+
+@pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
+@pytest.mark.parametrize("sample", ["mlp.small", "attention.small", "sum.small"])
+def test_on_the_gpu_queued_runs_and_sessions_match_timed_runs(sample):
+    (device,) = cuda_blas.discover()[:1]
+    program = load(sample_graphs.path(sample))
+    devices = [NumpyDevice(), device]
+    c = compile_program(program, devices, Options(tune=False, tune_cache=False, execute=False))
+    inputs = {k: v.copy() for k, v in program.input_values().items()}
+    timed = execute(c.plan, devices, inputs).outputs
+    assert all(np.array_equal(timed[k], v) for k, v in execute(c.plan, devices, inputs, timed=False).outputs.items())
+    with Session(c.plan, devices) as session:
+        assert all(np.array_equal(timed[k], v) for k, v in session.run(inputs).outputs.items())
+        name = session.inputs[0]
+        inputs[name] *= 2
+        changed = session.run(inputs).outputs
+        assert all(np.array_equal(v, execute(c.plan, devices, inputs).outputs[k]) for k, v in changed.items())

@@ -94,6 +94,10 @@ class Device(ABC):
     """Nominal seconds per launch, part of its roofline (calibration subtracts it before scaling the rest)."""
     nominal: Nominal | None = None
     """Its speeds when the tuner's work-item roofline prices its variants; None: ``predict`` does."""
+    copies: str = "pageable"
+    """How ``upload`` and ``download`` move data (``pinned``: through page-locked host memory; ``pageable``: from
+    and to plain numpy arrays); part of the key its measured link is kept under, so a change of path is measured
+    again."""
 
     @abstractmethod
     def unsupported(self, kernel: Kernel) -> str | None:
@@ -141,6 +145,14 @@ class Device(ABC):
     @abstractmethod
     def launch(self, compiled: Compiled, inputs: list[Any], outputs: list[Any]) -> float:
         """Run ``compiled`` on input and output buffers and return its device time in seconds."""
+
+    def launch_queued(self, compiled: Compiled, inputs: list[Any], outputs: list[Any]) -> None:
+        """Start ``compiled`` without timing it: a device with a queue returns before it ends (``finish`` and any
+        later ``download`` wait for it), so untimed runs pay no per-launch wait; by default ``launch``."""
+        self.launch(compiled, inputs, outputs)
+
+    def finish(self) -> None:  # noqa: B027 (a default that does nothing)
+        """Wait until everything started by ``launch_queued`` has ended; by default nothing is left running."""
 
     @abstractmethod
     def estimate(self, kernel: Kernel) -> float:

@@ -5,13 +5,19 @@ one batched ``cupy.matmul`` (cuBLAS SGEMM); when its outputs do more than
 store that sum (bias, activation, residual), the matmul writes a scratch
 buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.render.cuda``,
 reads it.  Every other kernel (elementwise, reduces, row kernels) runs from
-that source alone.  Buffers are flat cupy arrays in the pool ``cuda:<index>``;
-what copies to and from the host cost is measured by ``engine.tuning.links``
-like any pool's (``transfer_estimate`` is the nominal figure used before
-that).  A copy to an OpenCL pool on the same GPU goes through the host.  TF32
-stays off: cupy uses TF32 only when ``CUPY_TF32`` is set, and the device is not
-offered then.  Absent where cupy is not installed; absent with a note where
-cupy is but finds no GPU.
+that source alone.  Buffers are flat cupy arrays in the pool ``cuda:<index>``.
+Copies go through page-locked memory from cupy's pinned pool: an upload copies
+the numpy array into a pinned staging buffer in chunks, each chunk's DMA queued
+as it lands (``engine.devices.staging``), and a download's DMA writes straight
+into a pinned numpy array that becomes the output (its memory goes back to the
+pool when the array goes).  Where the runtime gives no pinned memory, copies go
+from and to pageable arrays (``cupy.asarray``, ``cupy.asnumpy``).  What copies
+cost is measured by ``engine.tuning.links`` like any pool's, keyed by the path
+they take (``transfer_estimate`` is the nominal figure used before that).  A
+copy to an OpenCL pool on the same GPU goes through the host.  TF32 stays off:
+cupy uses TF32 only when ``CUPY_TF32`` is set, and the device is not offered
+then.  Absent where cupy is not installed; absent with a note where cupy is but
+finds no GPU.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.devices import staging
 from engine.devices.base import Device, Link, Source
 from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction, is_contraction_load
@@ -36,8 +43,8 @@ from engine.program.dtypes import DType
 
 NO_CUDA = "install cupy for the CUDA runtime of the machine (`pip install cupy-cuda12x` or `cupy-cuda13x`)"
 NOMINAL_LINK = Link(20e-6, 4e9)
-"""Host<->GPU copies of pageable numpy arrays before ``engine.tuning.links`` measures them (an H200 measured
-22 us + 4.6 GB/s)."""
+"""Host<->GPU copies before ``engine.tuning.links`` measures them: a pageable figure, low for the pinned path, so
+that an unmeasured copy is never priced below what it may cost."""
 THREADS = 2048
 """Threads one multiprocessor holds at once."""
 HOLD = 200e-6
@@ -206,7 +213,7 @@ class CublasDevice(Device):
     untimed, it is priced above cuBLAS on a plain GEMM and below it only where cuBLAS needs a scratch operand."""
 
     def __init__(self, cp: Any, index: int, label: str, link: Link = NOMINAL_LINK, units: int = 132,
-                 clock_hz: float = 1.98e9) -> None:
+                 clock_hz: float = 1.98e9, pinned: bool = True) -> None:
         self._cp = cp
         self.index = index
         self.units = units
@@ -220,6 +227,14 @@ class CublasDevice(Device):
         self._hold_cycles = int(HOLD * clock_hz)
         self._spin: Any = None
         self._blas_ready = False
+        self.pinned = pinned
+        """Whether copies go through pinned memory (it turns False, for good, where the runtime gives none)."""
+        self._stage: np.ndarray | None = None
+        self._grids: dict[tuple[str, Variant], tuple[int, int]] = {}
+
+    @property
+    def copies(self) -> str:  # type: ignore[override]
+        return "pinned" if self.pinned else "pageable"
 
     def _matmul(self, kernel: Kernel) -> Matmul | None:
         if kernel.key not in self._plans:
@@ -308,12 +323,54 @@ class CublasDevice(Device):
         with self._cp.cuda.Device(self.index):
             return self._cp.empty(buffer.numel, buffer.dtype.numpy)
 
+    def _pinned(self, nbytes: int) -> np.ndarray | None:
+        """``nbytes`` of page-locked memory from cupy's pinned pool as a uint8 array, or None where the runtime gives
+        none (copies then stop using it)."""
+        if not self.pinned:
+            return None
+        try:
+            memory = self._cp.cuda.alloc_pinned_memory(nbytes)
+        except Exception:  # no pinned memory here (a runtime or container that refuses page-locking)
+            self.pinned = False
+            return None
+        return np.ndarray((nbytes,), np.uint8, buffer=memory)
+
+    def _staging(self, nbytes: int) -> np.ndarray | None:
+        """The device's pinned upload staging buffer, at least ``nbytes`` long (grown in whole MiB), or None."""
+        if self._stage is None or self._stage.size < nbytes:
+            self._stage = None  # back to the pool before a larger one is taken
+            self._stage = self._pinned(-(-nbytes // (1 << 20)) * (1 << 20))
+        return self._stage
+
     def upload(self, array: np.ndarray) -> Any:
-        with self._cp.cuda.Device(self.index):
-            return self._cp.asarray(np.ascontiguousarray(array).reshape(-1))
+        """A flat cupy array holding ``array``: staged through pinned memory in chunks, each chunk's DMA queued on
+        the current stream as it lands, then one wait (the staging buffer is free again on return)."""
+        data = np.ascontiguousarray(array).reshape(-1)
+        cp = self._cp
+        with cp.cuda.Device(self.index):
+            stage = self._staging(data.nbytes) if data.nbytes else None
+            if stage is None:
+                return cp.asarray(data)
+            out = cp.empty(data.size, data.dtype)
+            raw = out.view(np.uint8)
+            stream = cp.cuda.get_current_stream()
+            staging.copy_in(stage[:data.nbytes], staging.as_bytes(data),
+                            lambda a, b: raw[a:b].set(stage[a:b], stream=stream))
+            stream.synchronize()
+            return out
 
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
-        return self._cp.asnumpy(handle).astype(buffer.dtype.numpy, copy=False).reshape(buffer.shape)
+        """``handle`` as a host array: one DMA into pinned memory that becomes the result (after the launches queued
+        before it, on the same stream)."""
+        dtype = np.dtype(buffer.dtype.numpy)
+        if buffer.nbytes and handle.dtype == dtype and handle.size == buffer.numel:
+            with self._cp.cuda.Device(self.index):
+                memory = self._pinned(buffer.nbytes)
+                if memory is not None:
+                    out = memory.view(dtype)
+                    handle.get(stream=self._cp.cuda.get_current_stream(), out=out)
+                    return out.reshape(buffer.shape)
+        return self._cp.asnumpy(handle).astype(dtype, copy=False).reshape(buffer.shape)
 
     def free(self, handle: Any) -> None:
         pass  # cupy's pool takes the memory back when the last reference goes
@@ -356,7 +413,10 @@ class CublasDevice(Device):
             if e.geometry is not None:
                 e.function(e.geometry[0], (e.geometry[1],), tuple(args))
                 return
-            blocks, threads = cuda.grid(e.kernel, e.variant)
+            key = (e.kernel.key, e.variant)
+            if key not in self._grids:  # worked out once: every launch of a plan needs it
+                self._grids[key] = cuda.grid(e.kernel, e.variant)
+            blocks, threads = self._grids[key]
             e.function((blocks,), (threads,), tuple(args))
 
     def _hold(self) -> None:
@@ -365,26 +425,41 @@ class CublasDevice(Device):
             self._spin = self._cp.RawModule(code=SPIN).get_function("spin")
         self._spin((1,), (1,), (np.int64(self._hold_cycles),))
 
+    def _calls(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> list[Callable[[], object]]:
+        """The launches of one kernel (prologues, matmul, epilogue), ready to queue in order."""
+        cp = self._cp
+        if isinstance(compiled, Nvrtc):
+            return [lambda: self._nvrtc(compiled, [*inputs, *outputs])]
+        scratch = [cp.empty(pro.kernel.numel, np.float32) for pro in compiled.built_prologues]
+        calls: list[Callable[[], object]] = [lambda pro=pro, s=s: self._nvrtc(pro, [*inputs, s])
+                                             for pro, s in zip(compiled.built_prologues, scratch)]
+        operands = [*inputs, *scratch]
+        if compiled.built is None:
+            calls.append(self._gemm(compiled, operands, outputs[0]))
+        else:
+            acc = cp.empty(compiled.kernel.numel, np.float32)
+            epilogue = compiled.built
+            calls += [self._gemm(compiled, operands, acc), lambda: self._nvrtc(epilogue, [*inputs, acc, *outputs])]
+        return calls
+
+    def launch_queued(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> None:
+        """Queue the kernel on the current stream and return: no hold, no events, no wait (a later download or
+        ``finish`` waits; cupy's pool reuses a scratch buffer only after the stream's earlier work)."""
+        with self._cp.cuda.Device(self.index):
+            for call in self._calls(compiled, inputs, outputs):
+                call()
+
+    def finish(self) -> None:
+        with self._cp.cuda.Device(self.index):
+            self._cp.cuda.get_current_stream().synchronize()
+
     def launch(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> float:
         """Run the kernel (prologues, matmul, epilogue) and return its GPU time: CUDA events around it, queued
         behind ``_hold`` so that the host's dispatch is not counted."""
         cp = self._cp
         with cp.cuda.Device(self.index):
             start, end = cp.cuda.Event(), cp.cuda.Event()
-            if isinstance(compiled, Nvrtc):
-                calls = [lambda: self._nvrtc(compiled, [*inputs, *outputs])]
-            else:
-                scratch = [cp.empty(pro.kernel.numel, np.float32) for pro in compiled.built_prologues]
-                calls = [lambda pro=pro, s=s: self._nvrtc(pro, [*inputs, s])
-                         for pro, s in zip(compiled.built_prologues, scratch)]
-                operands = [*inputs, *scratch]
-                if compiled.built is None:
-                    calls.append(self._gemm(compiled, operands, outputs[0]))
-                else:
-                    acc = cp.empty(compiled.kernel.numel, np.float32)
-                    epilogue = compiled.built
-                    calls += [self._gemm(compiled, operands, acc),
-                              lambda: self._nvrtc(epilogue, [*inputs, acc, *outputs])]
+            calls = self._calls(compiled, inputs, outputs)
             self._hold()
             start.record()
             for call in calls:

@@ -7,6 +7,20 @@ work items (``launch_size``: one per point, per upcast tile or per group
 member), rounded up to the variant's local size, and report the event's
 profiled device time.
 
+Copies to and from a device whose memory is not the host's (a discrete GPU) go
+through a pinned staging buffer: one ``ALLOC_HOST_PTR`` buffer per device, mapped
+once, grown to the largest copy, in chunks so that the DMA overlaps the host's copy
+(``engine.devices.staging``).  Where the runtime cannot make or map one, copies
+quietly go from and to the numpy arrays as before; a device whose memory is the
+host's (PoCL on the CPU) copies directly by default, since staging would only add
+a host copy (``pinned=True`` forces staging there, as tests do).
+
+Freed buffers are kept, by size, for the next allocation of that size (up to
+``spare_bytes``): a plan run again allocates the same sizes, and a fresh buffer
+costs its first touch (page faults on a CPU runtime) and its release.  Every
+command goes through the device's one in-order queue, so a kept buffer that a
+queued launch still reads is written again only after that launch.
+
 A device that stops answering (removed, reset, a driver failure: OpenCL's
 DEVICE_NOT_AVAILABLE and kin) is marked ``lost``; from then on every operation
 on it raises DeviceLostError at once, and the tuner and planner stop using it.
@@ -23,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.devices import staging
 from engine.devices.base import Device, Nominal, Source
 from engine.devices.source import opencl_source
 from engine.kernel.cost import work
@@ -46,6 +61,9 @@ except ImportError:  # pragma: no cover - pyopencl is a dependency, but discover
 
 _MIN_BYTES = 8
 """Smallest allocation: an empty tensor still gets a valid buffer (of the widest element)."""
+_REUSE_BYTES = 1 << 20
+"""An upload of fewer bytes makes a new buffer filled as it is created (no queued copy and wait); a larger one
+writes a kept buffer of its size, if there is one, through the queue (no first touch of new memory)."""
 
 
 class KernelBuildError(RuntimeError):
@@ -109,6 +127,8 @@ class OpenCLKernel:
     program: Any = field(repr=False)
     function: Any = field(repr=False)
     """The ``pyopencl.Kernel`` of ``kernel.name``."""
+    size: tuple[int, int | None] = (0, None)
+    """Its ``launch_size`` (global, local), worked out once: every launch of a plan needs it."""
 
 
 class OpenCLDevice(Device):
@@ -116,7 +136,7 @@ class OpenCLDevice(Device):
 
     tunable = True
 
-    def __init__(self, device: Any, name: str) -> None:
+    def __init__(self, device: Any, name: str, pinned: bool | None = None) -> None:
         self.device = device
         self.name = name
         self.pool = name
@@ -133,6 +153,16 @@ class OpenCLDevice(Device):
         self.lost: str | None = None
         """Why the device stopped working, once it has (then every operation raises DeviceLostError)."""
         self.fault: Fault | None = None
+        self.pinned = _discrete(device) if pinned is None else pinned
+        """Whether copies go through the pinned staging buffer (it turns False, for good, where the runtime cannot
+        make one)."""
+        self._stage: tuple[Any, np.ndarray] | None = None
+        self._by_key: dict[tuple[str, Variant], OpenCLKernel] = {}
+        self._spare: dict[int, list[Any]] = {}
+        """Freed buffers by size, for reuse."""
+        self.spare_bytes = min(int(device.global_mem_size) // 4, 1 << 31)
+        """The most bytes of freed buffers kept for reuse."""
+        self._kept = 0
 
     @contextmanager
     def _guard(self, what: str, detail: Any = None) -> Iterator[None]:
@@ -159,6 +189,10 @@ class OpenCLDevice(Device):
     def driver_version(self) -> str:
         """Driver and platform version (part of the tuning cache's key)."""
         return f"{self.device.driver_version} / {self.device.platform.version}"
+
+    @property
+    def copies(self) -> str:  # type: ignore[override]
+        return "pinned" if self.pinned else "pageable"
 
     @property
     def is_gpu(self) -> bool:
@@ -216,6 +250,8 @@ class OpenCLDevice(Device):
         """
         todo = {}
         for kernel, variant in items:
+            if (kernel.key, variant) in self._by_key:
+                continue  # compiled before (``compile`` checks that its source is still the same)
             runs = self.unsupported(kernel) is None and self.variant_error(kernel, variant) is None
             if runs and generate(kernel, variant) not in self.programs:
                 todo.setdefault(function_name(kernel, variant), (kernel, variant))
@@ -229,6 +265,11 @@ class OpenCLDevice(Device):
             self.programs[generate(kernel, variant)] = program
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> OpenCLKernel:
+        """``kernel`` built in ``variant``; one compiled before is found by its key without checking it again (each
+        plan execution compiles its launches), if its source (rendered once, ``generate`` is cached) is the same."""
+        found = self._by_key.get((kernel.key, variant))
+        if found is not None and found.source == generate(kernel, variant):
+            return found
         reason = self.unsupported(kernel) or self.variant_error(kernel, variant)
         if reason is not None:
             raise KernelBuildError(f"{self.name} cannot run {kernel.name} ({variant}): {reason}")
@@ -239,8 +280,10 @@ class OpenCLDevice(Device):
         compiled = self.kernels.get(source)
         if compiled is None:
             program = self.build(source)
-            compiled = OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)))
+            compiled = OpenCLKernel(kernel, variant, source, program, cl.Kernel(program, function_name(kernel, variant)),
+                                    launch_size(kernel, variant))
             self.kernels[source] = compiled
+        self._by_key[(kernel.key, variant)] = compiled
         return compiled
 
     def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
@@ -248,44 +291,127 @@ class OpenCLDevice(Device):
 
     def alloc(self, buffer: Buffer) -> Any:
         with self._guard("transfer"):
-            return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, max(buffer.nbytes, _MIN_BYTES))
+            return self._buffer(max(buffer.nbytes, _MIN_BYTES))
+
+    def _buffer(self, nbytes: int) -> Any:
+        """A buffer of ``nbytes``: a kept one of that size, else a new one."""
+        kept = self._spare.get(nbytes)
+        if kept:
+            self._kept -= nbytes
+            return kept.pop()
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, nbytes)
+
+    def _staging(self, nbytes: int) -> np.ndarray | None:
+        """The mapped pinned staging buffer, at least ``nbytes`` long (grown in whole MiB), or None when copies do
+        not stage or the runtime cannot make one (then they stop staging)."""
+        if not self.pinned:
+            return None
+        if self._stage is not None and self._stage[1].size >= nbytes:
+            return self._stage[1]
+        self._drop_stage()
+        size = -(-max(nbytes, 1) // (1 << 20)) * (1 << 20)
+        try:
+            buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, size)
+            host, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (size,),
+                                            np.uint8, is_blocking=True)
+        except cl.Error as e:
+            if _code(e) in _LOST_CODES:
+                raise
+            self.pinned = False
+            return None
+        self._stage = (buf, host)
+        return host
+
+    def _drop_stage(self) -> None:
+        """Unmap and release the staging buffer (before a larger one replaces it)."""
+        if self._stage is not None:
+            buf, host = self._stage
+            self._stage = None
+            host.base.release(self.queue)
+            buf.release()
 
     def upload(self, array: np.ndarray) -> Any:
         data = np.ascontiguousarray(array)
         with self._guard("transfer"):
+            stage = self._staging(data.nbytes) if data.nbytes >= _MIN_BYTES else None
+            if stage is not None:
+                handle = self._buffer(data.nbytes)
+                events: list[Any] = []
+                staging.copy_in(stage[:data.nbytes], staging.as_bytes(data), lambda a, b: events.append(
+                    cl.enqueue_copy(self.queue, handle, stage[a:b], dst_offset=a, is_blocking=False)))
+                events[-1].wait()  # an in-order queue: every chunk has landed
+                return handle
             if data.nbytes < _MIN_BYTES:
-                handle = cl.Buffer(self.context, cl.mem_flags.READ_WRITE, _MIN_BYTES)
+                handle = self._buffer(_MIN_BYTES)
                 if data.nbytes:
                     cl.enqueue_copy(self.queue, handle, data).wait()
+                return handle
+            if data.nbytes >= _REUSE_BYTES and self._spare.get(data.nbytes):
+                handle = self._buffer(data.nbytes)
+                cl.enqueue_copy(self.queue, handle, data).wait()
                 return handle
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
 
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
         out = np.empty(buffer.shape, buffer.dtype.numpy)
         with self._guard("transfer"):
-            if out.nbytes:
+            stage = self._staging(out.nbytes) if out.nbytes >= _MIN_BYTES else None
+            if stage is not None:
+                parts = staging.spans(out.nbytes)
+                events = [cl.enqueue_copy(self.queue, stage[a:b], handle, src_offset=a, is_blocking=False)
+                          for a, b in parts]
+                staging.copy_out(staging.as_bytes(out), stage, parts, lambda i: events[i].wait())
+            elif out.nbytes:
                 cl.enqueue_copy(self.queue, out, handle).wait()
         return out
 
     def free(self, handle: Any) -> None:
-        handle.release()
+        """Keep ``handle`` for the next allocation of its size while the kept bytes stay under ``spare_bytes``,
+        else release it."""
+        if self.lost is None and self._kept + handle.size <= self.spare_bytes:
+            self._spare.setdefault(handle.size, []).append(handle)
+            self._kept += handle.size
+        else:
+            handle.release()
+
+    def trim(self) -> None:
+        """Release every kept buffer."""
+        for kept in self._spare.values():
+            for handle in kept:
+                handle.release()
+        self._spare.clear()
+        self._kept = 0
 
     def launch(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> float:
         """Run ``compiled`` and wait; returns the profiled device time in seconds (0 for an empty shape)."""
+        event = self._enqueue(compiled, inputs, outputs)
+        if event is None:
+            return 0.0
+        with self._guard("launch", compiled):
+            event.wait()
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def launch_queued(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> None:
+        """Enqueue ``compiled`` and return: the queue is in order, so a later copy or ``finish`` waits for it."""
+        self._enqueue(compiled, inputs, outputs)
+
+    def finish(self) -> None:
+        with self._guard("launch"):
+            self.queue.finish()
+
+    def _enqueue(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> Any:
+        """The event of ``compiled`` enqueued on its buffers (None for an empty shape: nothing to run)."""
         kernel = compiled.kernel
         assert len(inputs) == len(kernel.inputs) and len(outputs) == len(kernel.outputs)
         if kernel.numel == 0:
-            return 0.0
+            return None
         for buffer, b in zip([*inputs, *outputs], [*kernel.inputs, *kernel.output_types]):
             if buffer.size < b.nbytes:  # the kernel indexes by the declared shapes: never let it past an end
                 raise ValueError(f"{kernel.name}: a buffer of {buffer.size} bytes where {b} ({b.nbytes} bytes) is declared")
-        size, local = launch_size(kernel, compiled.variant)
+        size, local = compiled.size
         with self._guard("launch", compiled):
             compiled.function.set_args(*inputs, *outputs)
-            event = cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,),
-                                               None if local is None else (local,))
-            event.wait()
-        return (event.profile.end - event.profile.start) * 1e-9
+            return cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,), None if local is None else (local,))
 
     def estimate(self, kernel: Kernel) -> float:
         """A roofline on nominal speeds (see ``nominal``); autotuning replaces it with measured times."""
@@ -295,6 +421,14 @@ class OpenCLDevice(Device):
     def transfer_estimate(self, nbytes: int) -> float:
         n = self.nominal
         return n.transfer_overhead + nbytes / n.transfer_bandwidth
+
+
+def _discrete(device: Any) -> bool:
+    """Whether ``device`` is a GPU with memory of its own (where pinned staging pays); False when unsure."""
+    try:
+        return bool(device.type & cl.device_type.GPU) and not bool(device.host_unified_memory)
+    except Exception:  # a runtime that no longer answers the (deprecated) unified-memory query
+        return False
 
 
 def _code(error: Exception) -> int | None:

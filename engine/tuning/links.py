@@ -2,9 +2,11 @@
 
 A device with a pool of its own has round trips (upload, then download) timed at a small and a large size,
 the median of a few after a warm-up; the line through the two points gives a fixed cost per copy and a
-bandwidth, half of each round trip counted per direction.  The fits are kept per device and driver in
-``links.json`` beside the tuning cache, so a machine measures each device once; an unreadable file is
-reported (``CacheWarning``) and measured again.
+bandwidth, half of each round trip counted per direction.  The round trips go through the device's own
+``upload`` and ``download``, so they time the path its copies take (pinned staging or pageable arrays).  The fits
+are kept per device, driver and copy path (``Device.copies``) in ``links.json`` beside the tuning cache, so a
+machine measures each device once, and again when its copies change path; an unreadable file is reported
+(``CacheWarning``) and measured again.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class LinkCache:
         """``device``'s measured link, measuring (and storing) it the first time."""
         if self._links is None:
             self._links = self._read()
-        key = f"{device.name}|{driver(device)}"
+        key = f"{device.name}|{driver(device)}|{device.copies}"
         entry = self._links.get(key)
         if entry is not None:
             return Link(float(entry["overhead"]), float(entry["bandwidth"]))

@@ -1,0 +1,122 @@
+"""Host copies in chunks, for devices whose copies go through page-locked (pinned) staging memory, and a byte
+comparison of host arrays.
+
+A copy from a pageable numpy array to a device through pinned memory has two legs: a host copy into the
+page-locked buffer, then the device's DMA from it (and the reverse for a download).  Cut into chunks, the DMA of one
+chunk runs while the host copies the next, and the host copies run on a few threads (numpy drops the GIL for a
+large copy), so the pair costs little more than its slower leg.  Arrays of one chunk are copied on the caller's
+thread: a thread hand-off costs more than their copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+CHUNK = 4 << 20
+"""The most bytes per chunk: large enough that a chunk's thread hand-off and DMA launch are a small part of it,
+small enough that the first DMA starts early."""
+MIN_CHUNK = 256 << 10
+"""The fewest bytes per chunk (but for the last): a copy of a few MiB is still cut in a few chunks per thread, so
+that its host leg runs on every thread, not on one."""
+THREADS = max(1, min(4, os.cpu_count() or 1))
+"""Threads copying chunks at once (host memory bandwidth is shared; a few threads fill it)."""
+
+_pool: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(THREADS, thread_name_prefix="zyx-staging")
+    return _pool
+
+
+def as_bytes(array: np.ndarray) -> np.ndarray:
+    """A flat uint8 view of a C-contiguous ``array`` (no copy)."""
+    assert array.flags.c_contiguous, "staging copies need a C-contiguous array"
+    return array.reshape(-1).view(np.uint8)
+
+
+def spans(nbytes: int, chunk: int | None = None) -> list[tuple[int, int]]:
+    """``(start, stop)`` byte ranges of ``chunk`` bytes covering ``nbytes`` (none for 0); by default two chunks per
+    thread, in whole 64 KiB, between ``MIN_CHUNK`` and ``CHUNK``."""
+    step = chunk or min(CHUNK, max(MIN_CHUNK, -(-nbytes // (2 * THREADS * 65536)) * 65536))
+    return [(a, min(a + step, nbytes)) for a in range(0, nbytes, step)]
+
+
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:
+    np.copyto(dst, src)
+
+
+def copy_in(dst: np.ndarray, src: np.ndarray, then: Callable[[int, int], None], chunk: int | None = None) -> None:
+    """Copy the bytes of ``src`` into ``dst`` (flat uint8 arrays of one size), calling ``then(start, stop)`` on the
+    caller's thread as each chunk has landed, in order (where a device starts that chunk's DMA)."""
+    assert dst.size == src.size
+    parts = spans(src.size, chunk)
+    if len(parts) <= 1 or THREADS == 1:
+        for a, b in parts:
+            _copy(dst[a:b], src[a:b])
+            then(a, b)
+        return
+    pool = _threads()
+    futures = [pool.submit(_copy, dst[a:b], src[a:b]) for a, b in parts]
+    try:
+        for (a, b), f in zip(parts, futures):
+            f.result()
+            then(a, b)
+    finally:
+        for f in futures:
+            f.cancel()
+        _wait(futures)
+
+
+def copy_out(dst: np.ndarray, src: np.ndarray, parts: list[tuple[int, int]], landed: Callable[[int], None]) -> None:
+    """Copy chunks ``parts`` of ``src`` into ``dst`` (flat uint8 arrays of one size), each after ``landed(i)``
+    returns (where a device waits for chunk ``i``'s DMA), on the copying threads."""
+    if len(parts) <= 1 or THREADS == 1:
+        for i, (a, b) in enumerate(parts):
+            landed(i)
+            _copy(dst[a:b], src[a:b])
+        return
+    pool = _threads()
+    futures: list[Future] = []
+    try:
+        for i, (a, b) in enumerate(parts):
+            landed(i)
+            futures.append(pool.submit(_copy, dst[a:b], src[a:b]))
+    finally:
+        _wait(futures)
+
+
+def _wait(futures: list[Future]) -> None:
+    """Wait for ``futures`` and raise the first error among them (none left running on the staging memory)."""
+    error = None
+    for f in futures:
+        if not f.cancelled():
+            try:
+                f.result()
+            except Exception as e:
+                error = error or e
+    if error is not None:
+        raise error
+
+
+def same_bytes(a: np.ndarray, b: np.ndarray, chunk: int | None = None) -> bool:
+    """Whether flat uint8 arrays ``a`` and ``b`` hold the same bytes, compared chunk by chunk on the copying
+    threads (stopping at the first chunk that differs)."""
+    if a.size != b.size:
+        return False
+    parts = spans(a.size, chunk)
+    if len(parts) <= 1 or THREADS == 1:
+        return all(np.array_equal(a[s:e], b[s:e]) for s, e in parts)
+    futures = [_threads().submit(np.array_equal, a[s:e], b[s:e]) for s, e in parts]
+    try:
+        return all(f.result() for f in futures)
+    finally:
+        for f in futures:
+            f.cancel()
+        _wait(futures)

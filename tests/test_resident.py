@@ -1,0 +1,230 @@
+"""End to end runs of a plan (issue 22): queued launches, a Session keeping inputs on the device between runs
+(reused only while unchanged, byte for byte), its buffers freed on close, the chunked copy helpers, pinned staging
+on PoCL, and freed OpenCL buffers kept for reuse."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine import Init, Tensor, from_tensors
+from engine.devices import staging
+from engine.devices.opencl import OpenCLDevice, discover
+from engine.errors import InputError
+from engine.kernel.ir import Buffer
+from engine.pipeline import Options, compile_program
+from engine.plan import Copy, Launch, Session, execute
+from engine.program.dtypes import DType
+
+CPU_OPENCL = [d for d in discover() if not d.is_gpu][:1]
+needs_opencl = pytest.mark.skipif(not CPU_OPENCL, reason="no OpenCL CPU device (install pocl-opencl-icd)")
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch):
+    """Chunks of 256 bytes, so that small arrays take the threaded, many-chunk paths."""
+    monkeypatch.setattr(staging, "CHUNK", 256)
+
+
+def _program():
+    x = Tensor.input("x", (32, 48), init=Init.normal(seed=1))
+    w = Tensor.input("w", (48, 16), init=Init.normal(seed=2))
+    return from_tensors({"y": ((x @ w).relu() + 1.0).sum(1), "z": (x * 3.0).max(1)}, name="resident")
+
+
+def _compiled(devices):
+    c = compile_program(_program(), devices, Options(execute=False, tune=False, tune_cache=False))
+    assert c.plan is not None
+    return c
+
+
+def _fresh_device(pinned: bool | None = None) -> OpenCLDevice:
+    d = CPU_OPENCL[0]
+    return OpenCLDevice(d.device, d.name, pinned=pinned)
+
+
+def _inputs(c) -> dict[str, np.ndarray]:
+    return {k: v.copy() for k, v in c.program.input_values().items()}
+
+
+def _equal(a, b) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("nbytes", [0, 1, 255, 256, 257, 1000, 4096 + 3])
+def test_chunked_copies_and_comparisons_move_every_byte(nbytes):
+    src = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    landed: list[tuple[int, int]] = []
+    staging.copy_in(dst, src, lambda a, b: landed.append((a, b)))
+    assert np.array_equal(dst, src) and landed == staging.spans(nbytes)
+    assert [b - a for a, b in landed] == [256] * (nbytes // 256) + [nbytes % 256] * bool(nbytes % 256)
+    back = np.zeros_like(src)
+    order: list[int] = []
+    staging.copy_out(back, dst, staging.spans(nbytes), order.append)
+    assert np.array_equal(back, src) and order == list(range(len(landed)))
+    assert staging.same_bytes(src, back)
+    if nbytes:
+        back[-1] ^= 1  # the last byte of the last chunk
+        assert not staging.same_bytes(src, back)
+    assert not staging.same_bytes(src, np.zeros(nbytes + 1, np.uint8))
+
+
+@needs_opencl
+def test_queued_launches_give_the_outputs_of_timed_ones():
+    device = _fresh_device()
+    c = _compiled([device])
+    assert c.plan.launches() and all(s.device == device.name for s in c.plan.launches())
+    inputs = _inputs(c)
+    timed = execute(c.plan, [device], inputs)
+    queued = execute(c.plan, [device], inputs, timed=False)
+    assert _equal(timed.outputs, queued.outputs) and timed.timed and not queued.timed
+    assert all(t == 0 for s, t in zip(c.plan.steps, queued.step_times) if isinstance(s, Launch))
+    assert queued.wall > 0 and any(t > 0 for s, t in zip(c.plan.steps, timed.step_times) if isinstance(s, Launch))
+
+
+@needs_opencl
+def test_a_session_reuses_unchanged_inputs_and_gives_a_fresh_executions_outputs():
+    device = _fresh_device()
+    c = _compiled([device])
+    inputs = _inputs(c)
+    copies = sum(isinstance(s, Copy) and s.target[1] == device.pool for s in c.plan.steps)
+    with Session(c.plan, [device]) as session:
+        first = session.run(inputs)
+        assert session.uploads == copies and session.reused == 0 and session.resident == copies
+        again = session.run({k: v.copy() for k, v in inputs.items()})  # equal arrays, other objects: reused
+        assert session.uploads == copies and session.reused == copies
+    fresh = execute(c.plan, [device], inputs)
+    assert _equal(first.outputs, fresh.outputs) and _equal(again.outputs, fresh.outputs)
+
+
+@needs_opencl
+def test_an_input_changed_in_place_is_uploaded_again_and_changes_the_result():
+    device = _fresh_device()
+    c = _compiled([device])
+    inputs = _inputs(c)
+    with Session(c.plan, [device]) as session:
+        before = session.run(inputs)
+        uploads = session.uploads
+        inputs["x"][-1, -1] += 1.0  # one element, in the last chunk
+        after = session.run(inputs)
+        assert session.uploads == uploads + 1  # x alone
+        expected = execute(c.plan, [device], inputs).outputs
+        assert _equal(after.outputs, expected) and not _equal(after.outputs, before.outputs)
+        inputs["w"][0, 0] = np.float32(7.5)
+        assert _equal(session.run(inputs).outputs, execute(c.plan, [device], inputs).outputs)
+        assert session.uploads == uploads + 2
+
+
+@needs_opencl
+def test_put_hands_back_a_read_only_array_reused_without_a_comparison(monkeypatch):
+    device = _fresh_device()
+    c = _compiled([device])
+    inputs = _inputs(c)
+    with Session(c.plan, [device]) as session:
+        frozen = {k: session.put(k, inputs[k]) for k in session.inputs}
+        assert session.uploads == len(frozen) and all(np.array_equal(frozen[k], inputs[k]) for k in frozen)
+        with pytest.raises(ValueError):
+            frozen["x"][0, 0] = 1.0
+        with pytest.raises(ValueError):
+            frozen["x"].flags.writeable = True
+
+        def no_comparison(*args):
+            raise AssertionError("compared the bytes of an array put handed out")
+
+        monkeypatch.setattr(staging, "same_bytes", no_comparison)
+        out = session.run(frozen)
+        assert session.uploads == len(frozen) and _equal(out.outputs, execute(c.plan, [device], inputs).outputs)
+        monkeypatch.undo()
+        inputs["x"] *= 2  # another array for x: compared, changed, uploaded
+        assert _equal(session.run(inputs).outputs, execute(c.plan, [device], inputs).outputs)
+        assert session.uploads == len(frozen) + 1
+
+
+@needs_opencl
+def test_closing_a_session_frees_every_input_buffer_it_holds(monkeypatch):
+    device = _fresh_device()
+    c = _compiled([device])
+    made, freed = [], []
+    upload, free = device.upload, device.free
+    monkeypatch.setattr(device, "upload", lambda a: made.append(upload(a)) or made[-1])
+    monkeypatch.setattr(device, "free", lambda h: freed.append(h) or free(h))
+    session = Session(c.plan, [device])
+    session.run(_inputs(c))
+    session.run(_inputs(c))
+    assert made and not any(h in freed for h in made) and session.resident == len(made)
+    session.close()
+    assert all(any(h is f for f in freed) for h in made) and session.resident == 0
+    with pytest.raises(RuntimeError, match="closed"):
+        session.run(_inputs(c))
+
+
+@needs_opencl
+def test_a_session_checks_its_inputs_and_keeps_them_after_a_bad_call():
+    device = _fresh_device()
+    c = _compiled([device])
+    inputs = _inputs(c)
+    with Session(c.plan, [device]) as session:
+        session.run(inputs)
+        with pytest.raises(InputError):
+            session.run({"x": inputs["x"]})
+        with pytest.raises(InputError):
+            session.run({**inputs, "x": inputs["x"][:, :4]})
+        uploads = session.uploads
+        assert _equal(session.run(inputs).outputs, execute(c.plan, [device], inputs).outputs)
+        assert session.uploads == uploads
+
+
+@needs_opencl
+@pytest.mark.parametrize("nbytes", [0, 4, 8, 256, 260, 3000])
+def test_pinned_staging_on_pocl_round_trips_every_size(nbytes):
+    device = _fresh_device(pinned=True)
+    assert device.copies == "pinned"
+    data = np.arange(nbytes // 4, dtype=np.float32) - 7.0
+    handle = device.upload(data)
+    back = device.download(handle, Buffer(data.shape, DType.F32))
+    assert np.array_equal(back, data) and device.copies == "pinned"
+    assert nbytes < 8 or device._stage is not None  # the staging buffer carried it
+    device.free(handle)
+
+
+@needs_opencl
+def test_pinned_and_pageable_copies_give_the_same_plan_outputs_on_pocl():
+    pinned, pageable = _fresh_device(pinned=True), _fresh_device(pinned=False)
+    assert pageable.copies == "pageable"
+    c = _compiled([pinned])
+    inputs = _inputs(c)
+    out = execute(c.plan, [pinned], inputs, timed=False).outputs
+    assert _equal(out, execute(_compiled([pageable]).plan, [pageable], inputs).outputs)
+    assert pinned._stage is not None and pinned.copies == "pinned"
+
+
+@needs_opencl
+def test_a_runtime_that_refuses_pinned_memory_falls_back_to_pageable_copies(monkeypatch):
+    import pyopencl as cl
+
+    device = _fresh_device(pinned=True)
+
+    def refuse(*args, **kwargs):
+        raise cl.MemoryError("no page-locked memory")
+
+    monkeypatch.setattr(cl, "enqueue_map_buffer", refuse)
+    data = np.linspace(0, 1, 300, dtype=np.float32)
+    back = device.download(device.upload(data), Buffer(data.shape, DType.F32))
+    assert np.array_equal(back, data) and device.copies == "pageable" and device._stage is None
+
+
+@needs_opencl
+def test_freed_buffers_are_kept_by_size_for_reuse_within_a_limit():
+    device = _fresh_device()
+    a = device.alloc(Buffer((64,), DType.F32))
+    device.free(a)
+    assert device.alloc(Buffer((64,), DType.F32)) is a  # same size: the kept one
+    assert device.alloc(Buffer((32,), DType.F32)) is not a
+    device.spare_bytes = 256
+    b, c = (device.alloc(Buffer((64,), DType.F32)) for _ in range(2))
+    device.free(b)
+    device.free(c)  # over the limit: released
+    assert device._kept == 256 and device._spare == {256: [b]}
+    device.trim()
+    assert device._kept == 0 and not device._spare
