@@ -2,14 +2,18 @@
 
     predicted = overhead + factor x work part of the roofline + evaluations x cost, per transcendental op
 
-``overhead`` is the device's measured launch cost; ``factor`` is the geometric mean of measured/roofline
-ratios, taken at the most specific level that has measurements: this kernel, else kernels of its shape
-(``elementwise``, ``transcendental``, ``reduce``, ``matmul``, ``row``) run in the variant's family (``family``:
-a split reduce, a register tile, an unrolled loop, plain; their speeds next to the roofline differ by several
-times on CPU runtimes), else kernels of its shape, else all of the device's.  Each level is shrunk towards the
-one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.  The roofline counts
-every op alike, but a runtime's ``erf`` or ``tanh`` can cost tens of adds (PoCL's 20x an ``exp2`` kernel's time):
-``ops`` is each transcendental op's measured cost per evaluation beyond an add's (which the roofline covers).
+``overhead`` is the device's measured launch cost.  ``factor`` starts from a level: the geometric mean of
+measured/roofline ratios of the device's kernels, shrunk into that of kernels of its shape (``elementwise``,
+``transcendental``, ``reduce``, ``matmul``, ``row``), shrunk into that of that shape run in the variant's family
+(``family``: a split reduce, a register tile, an unrolled loop, plain; their speeds next to the roofline differ by
+several times on CPU runtimes); each level is shrunk towards the one above it (a prior worth ``PRIOR``
+observations), so one noisy trial does not swing it.  Once variants of a kernel are timed, each one predicts the
+others from its own measured time, moved by what the model says the change is worth: the levels' difference and
+the roofline's ratio raised to a ``slope`` fitted per shape over pairs of timed variants (a runtime can spread
+variants wider or narrower than the roofline does: one kernel-wide factor, as before, took on the first variant's
+efficiency and mispredicted the next ones; see ``Calibration.factor``).  The roofline counts every op alike, but a
+runtime's ``erf`` or ``tanh`` can cost tens of adds (PoCL's 20x an ``exp2`` kernel's time): ``ops`` is each
+transcendental op's measured cost per evaluation beyond an add's (which the roofline covers).
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
@@ -48,8 +52,12 @@ from engine.tuning.model import predict as roofline
 PRIOR = 2.0
 """Weight, in observations, of the level above when a level's factor is fitted."""
 TRANSCENDENTAL = frozenset({"exp2", "log2", "sin", "cos", "sqrt", "recip", "exp", "log", "tanh", "erf", "pow"})
-FORMAT = 2
-"""Of ``calibration.json``: 2 added first-touch and op costs and the variant families."""
+FORMAT = 3
+"""Of ``calibration.json``: 2 added first-touch and op costs and the variant families, 3 per-variant kernel fits."""
+NEAR = 0.5
+"""Weight of a timed variant of the same kernel per parameter in which it differs from the one predicted."""
+SLOPE_RANGE = 4.0
+"""The fitted slope stays within 1/SLOPE_RANGE..SLOPE_RANGE (a few noisy pairs must not invert the roofline)."""
 KERNEL_LIMIT = 2000
 """Per-kernel fits kept per device (the oldest are dropped first)."""
 
@@ -57,6 +65,11 @@ KERNEL_LIMIT = 2000
 def nominal_overhead(device: Device) -> float:
     """The launch overhead the device's nominal roofline includes (subtracted before scaling)."""
     return float(device.launch_overhead)
+
+
+def distance(a: Variant, b: Variant) -> int:
+    """How many of the variant parameters differ between ``a`` and ``b`` (one search action moves one)."""
+    return sum(getattr(a, f) != getattr(b, f) for f in ("local_size", "upcast", "tile", "unroll", "group", "smem"))
 
 
 def family(variant: Variant) -> str:
@@ -96,6 +109,13 @@ class Fit:
 
 
 @dataclass
+class Timed(Fit):
+    """One variant's fit for one kernel, with the log of its roofline work part (where slopes measure from)."""
+
+    log_work: float = 0.0
+
+
+@dataclass
 class Calibration:
     """One device's fitted parameters (see the module docstring)."""
 
@@ -104,29 +124,63 @@ class Calibration:
     """Seconds per byte a launch spends more writing a freshly allocated output than a reused one."""
     device: Fit = field(default_factory=Fit)
     shapes: dict[str, Fit] = field(default_factory=dict)
-    kernels: dict[str, Fit] = field(default_factory=dict)
+    kernels: dict[str, dict[Variant, Timed]] = field(default_factory=dict)
+    """By ``kernel.key``, then variant: the measured log ratios of each variant timed."""
     observations: int = 0
     families: dict[str, Fit] = field(default_factory=dict)
     """By ``shape/family``."""
     ops: dict[str, float] = field(default_factory=dict)
     """Seconds per evaluation of each transcendental op beyond an add's (measured)."""
+    slopes: dict[str, list[float]] = field(default_factory=dict)
+    """By shape: sums over pairs of timed variants of one kernel of (modelled log ratio x measured log ratio,
+    modelled log ratio squared), whose quotient is ``slope``."""
 
     def op_seconds(self, kernel: Kernel) -> float:
         """Seconds ``kernel``'s transcendental ops cost beyond the fitted roofline."""
         return sum(n * self.ops.get(op, 0.0) for op, n in op_counts(kernel).items())
 
-    def factor(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
+    def level(self, kernel: Kernel, variant: Variant) -> float:
+        """The factor of kernels like ``kernel`` in ``variant``'s family: the device's, its shape's, its family's."""
         f = self.device.factor(1.0)
         f = self.shapes.get(shape(kernel), Fit()).factor(f)
-        f = self.families.get(f"{shape(kernel)}/{family(variant)}", Fit()).factor(f)
-        return self.kernels.get(kernel.key, Fit()).factor(f)
+        return self.families.get(f"{shape(kernel)}/{family(variant)}", Fit()).factor(f)
+
+    def slope(self, kernel: Kernel) -> float:
+        """How many times the log of the roofline's ratio between two variants of one kernel of ``kernel``'s shape
+        the measured log ratio is (1: as the roofline says), fitted over pairs of timed variants (prior: 1 with
+        PRIOR weight), within 1/SLOPE_RANGE..SLOPE_RANGE."""
+        sxy, sxx = self.slopes.get(shape(kernel), (0.0, 0.0))
+        return min(max((sxy + PRIOR) / (sxx + PRIOR), 1 / SLOPE_RANGE), SLOPE_RANGE)
+
+    def factor(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT, work: float = 1.0) -> float:
+        """``level`` times what this kernel's own trials say of it.  Each timed variant ``u`` predicts ``variant``
+        from its measured time, moved by ``slope`` times the modelled change (level and roofline, ``work`` being
+        ``variant``'s work part).  The kernel's offset (its size and cache behaviour, common to its variants) is
+        their mean, shrunk to 0 by PRIOR observations; near ``variant`` their weights fall NEAR-fold per
+        parameter that differs (what the roofline misses of one action), shrunk to that offset by PRIOR."""
+        level = self.level(kernel, variant)
+        fits = {u: f for u, f in self.kernels.get(kernel.key, {}).items() if f.count}
+        if not fits:
+            return level
+        x = math.log(level * work)
+        bend = self.slope(kernel) - 1
+        guess = {}
+        for u, f in fits.items():
+            xu = math.log(self.level(kernel, u)) + f.log_work
+            guess[u] = f.log_sum / f.count + f.log_work - xu + bend * (x - xu)  # log(variant's time / level's)
+        count = sum(f.count for f in fits.values())
+        offset = sum(fits[u].count * g for u, g in guess.items()) / (count + PRIOR)
+        weights = {u: fits[u].count * NEAR ** distance(u, variant) for u in fits}
+        near = (sum(weights[u] * g for u, g in guess.items()) + PRIOR * offset) / (sum(weights.values()) + PRIOR)
+        return level * math.exp(near)
 
     def to_json(self) -> dict[str, Any]:
         return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
                 "device": [self.device.log_sum, self.device.count],
                 "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
                 "families": {k: [f.log_sum, f.count] for k, f in self.families.items()}, "ops": self.ops,
-                "kernels": {k: [f.log_sum, f.count] for k, f in self.kernels.items()}}
+                "kernels": {k: [[v.to_json(), f.log_sum, f.count, f.log_work] for v, f in fits.items()]
+                            for k, fits in self.kernels.items()}, "slopes": self.slopes}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Calibration:
@@ -140,9 +194,20 @@ class Calibration:
         ops = {str(k): float(v) for k, v in data.get("ops", {}).items()}
         if not all(math.isfinite(x) and x >= 0 for x in (overhead, fresh, *ops.values())):
             raise ValueError(f"bad overhead {overhead}, first-touch cost {fresh} or op costs {ops}")
+        def timed(entry: Any) -> tuple[Variant, Timed]:
+            variant, log_sum, count, log_work = entry
+            f = fit([log_sum, count])
+            if not math.isfinite(float(log_work)):
+                raise ValueError(f"bad work {log_work}")
+            return Variant.from_json(variant), Timed(f.log_sum, f.count, float(log_work))
+
+        kernels = {k: dict(timed(e) for e in fits) for k, fits in data["kernels"].items()}
+        slopes = {str(k): [float(a), float(b)] for k, (a, b) in data.get("slopes", {}).items()}
+        if not all(math.isfinite(a) and b >= 0 for a, b in slopes.values()):
+            raise ValueError(f"bad slopes {slopes}")
         return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
-                           {k: fit(v) for k, v in data["kernels"].items()}, int(data.get("observations", 0)),
-                           {k: fit(v) for k, v in data.get("families", {}).items()}, ops)
+                           kernels, int(data.get("observations", 0)),
+                           {k: fit(v) for k, v in data.get("families", {}).items()}, ops, slopes)
 
 
 class Calibrations:
@@ -206,7 +271,8 @@ class Calibrations:
     def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
         """Calibrated seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
         c = self.get(device)
-        return c.overhead + c.factor(kernel, variant) * _work_part(kernel, device, variant) + c.op_seconds(kernel)
+        part = _work_part(kernel, device, variant)
+        return c.overhead + c.factor(kernel, variant, part) * part + c.op_seconds(kernel)
 
     def output_cost(self, kernel: Kernel, device: Device) -> float:
         """Seconds a plan's launch of ``kernel`` spends more than a trial: first touches of its fresh outputs."""
@@ -222,11 +288,19 @@ class Calibrations:
         ratio = max(seconds - c.overhead - c.op_seconds(kernel), 0.1 * seconds) / part
         if kernel.key not in c.kernels and len(c.kernels) >= KERNEL_LIMIT:
             del c.kernels[next(iter(c.kernels))]  # the oldest
-        c.kernels.setdefault(kernel.key, Fit()).add(ratio)
+        fits = c.kernels.setdefault(kernel.key, {})
         if seconds > 2 * c.overhead:
+            x = math.log(c.level(kernel, variant) * part)  # modelled, before this refit
+            pair = c.slopes.setdefault(shape(kernel), [0.0, 0.0])
+            for u, f in fits.items():
+                if u != variant and f.count:
+                    xu = math.log(c.level(kernel, u)) + f.log_work
+                    pair[0] += (x - xu) * (math.log(ratio * part) - f.log_sum / f.count - f.log_work)
+                    pair[1] += (x - xu) ** 2
             c.shapes.setdefault(shape(kernel), Fit()).add(ratio)
             c.families.setdefault(f"{shape(kernel)}/{family(variant)}", Fit()).add(ratio)
             c.device.add(ratio)
+        fits.setdefault(variant, Timed(log_work=math.log(part))).add(ratio)
         c.observations += 1
 
     def save(self, device: Device | None = None) -> None:
