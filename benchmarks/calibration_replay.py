@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.devices import discover
-from engine.tuning.calibrate import Calibration, Calibrations, shape
+from engine.tuning.calibrate import Calibration, Calibrations, cache_bytes, shape
 
 
 def replay(recorded: list, devices: dict, show: bool = False) -> dict[str, tuple[list[float], list[float]]]:
@@ -34,6 +34,8 @@ def replay(recorded: list, devices: dict, show: bool = False) -> dict[str, tuple
         calibrations = Calibrations(persist=False, fit=False)
         measured = {d: Calibration.from_json({**data, **_UNFITTED}) for d, data in fitted.items() if d in devices}
         for d, cal in measured.items():
+            if not cache_bytes(devices[d]):  # the model now takes no cache term for it
+                cal.cache, cal.stream, cal.cold = 0.0, 1.0, 0.0
             calibrations.by_device[d] = replace(cal, ops={})  # op costs are measured after the micro-benchmarks'
             # refits
         seen: set[tuple[str, str]] = set()

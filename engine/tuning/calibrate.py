@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import statistics
 import warnings
 from dataclasses import dataclass, field
@@ -525,19 +526,24 @@ a copy timed while other jobs took the memory bus (it would make every large ker
 
 def cache_bytes(device: Device) -> float:
     """The last-level cache in front of ``device``'s memory: the device's own ``cache_bytes`` if it says, else for
-    a host device the CPU's largest cache as Linux lists it; 0 when unknown."""
+    a host device the last-level caches of the CPUs this process may run on (as Linux lists them), each counted
+    once (a device's threads on several core complexes use all of theirs); 0 when unknown, and for a host device
+    without variants (its library, not one pass over the working set, decides what stays cached)."""
     own = getattr(device, "cache_bytes", None)
     if own is not None:
         return float(own)
-    if device.pool != HOST:
+    if device.pool != HOST or not device.tunable:  # numpy and BLAS run through libraries that block for the cache
         return 0.0
-    sizes = [0.0]
-    for path in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size"):
-        with contextlib.suppress(OSError, ValueError):
-            text = path.read_text().strip()
-            sizes.append(float(text[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[text[-1]] if text[-1] in "KMG"
-                         else float(text))
-    return max(sizes)
+    caches: dict[tuple[int, str], float] = {}  # by (level, the CPUs sharing it)
+    for cpu in sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []:
+        for index in Path(f"/sys/devices/system/cpu/cpu{cpu}/cache").glob("index*"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                level, shared, size = ((index / f).read_text().strip() for f in ("level", "shared_cpu_list", "size"))
+                caches[(int(level), shared)] = float(size[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[size[-1]]
+    if not caches:
+        return 0.0
+    last = max(level for level, _ in caches)
+    return sum(size for (level, _), size in caches.items() if level == last)
 
 
 def op_probes() -> list[Kernel]:
