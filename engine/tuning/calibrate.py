@@ -470,7 +470,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
 def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]]) -> None:
     """Set ``stream`` and ``cold`` from the copy-like kernel ``large`` (out of the cache; ``copies``: the times of
     its variants, each timed at least 3 times: a slow device's single launch pays its first touches) and one whose
-    working set is an eighth of the cache, in the best variant, each at its best launch (a launch that waited for
+    working set is about an eighth of the cache, in the best variant, each at its best launch (a launch that waited for
     a descheduled thread says nothing of the memory), less the launch and the threads' wake-up.  Neither is set
     when the cache is unknown or the cached copy takes less than twice those (a GPU's L2, or a loaded machine's
     stalled threads: they, not the memory, would be what was timed)."""
@@ -480,7 +480,9 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
         return
     best = {v: min(times) for v, times in copies}
     variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v)) / _work_part(large, device, v))
-    small = _elementwise(max(int(c.cache / 8 / 12), 256), "add")  # two inputs and an output of 4-byte floats
+    # two inputs and an output of 4-byte floats, about an eighth of the cache; a power of two (a runtime picks a
+    # poor work-group size for a global size with small factors only)
+    small = _elementwise(1 << max(int(math.log2(c.cache / 8 / 12)), 8), "add")
     bench = Bench(device, small, arrays=_halves(small))
     outs = [device.alloc(b) for b in small.output_types]
     try:
