@@ -35,7 +35,7 @@ def replay(recorded: list, devices: dict, show: bool = False) -> dict[str, tuple
         measured = {d: Calibration.from_json({**data, **_UNFITTED}) for d, data in fitted.items() if d in devices}
         for d, cal in measured.items():
             if not cache_bytes(devices[d]):  # the model now takes no cache term for it
-                cal.cache, cal.stream, cal.cold = 0.0, 1.0, 0.0
+                cal.cache, cal.stream = 0.0, 1.0
             calibrations.by_device[d] = replace(cal, ops={})  # op costs are measured after the micro-benchmarks'
             # refits
         seen: set[tuple[str, str]] = set()

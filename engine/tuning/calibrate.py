@@ -20,17 +20,18 @@ several threads (``Device.workers``) costs more than the single-threaded tiny la
 (on a loaded machine, a whole scheduler slice waiting for a descheduled thread).  ``stream``: a kernel whose
 working set fits in the last-level cache (``cache``) stays there from one trial launch to the next and runs
 several times faster per byte than one that streams from memory, so fits are kept as if cached and ``memory``
-scales a kernel by how much of its working set misses.  ``cold``: a plan's launch reads its inputs from memory
-(a program input, an upload, an output of launches ago) even where its trials found them cached.
+scales a kernel by how much of its working set misses.  ``bandwidth``: a plan's launch reads its inputs from
+memory (a program input, an upload, an output of launches ago) even where its trials found them cached, so it
+takes at least their bytes at the rate the device streams from memory.
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
-best predicted families; a copy an eighth of the cache's size against the large one, for ``stream`` and
-``cold``; two small copies on several threads, for ``parallel``; then one small kernel per transcendental op),
+best predicted families; a copy an eighth of the cache's size against the large one, for ``stream``; two small
+copies on several threads, for ``parallel``; then one small kernel per transcendental op),
 and every measured trial and executed plan step refits it (``observe``).  Trials time launches on output buffers
 they reuse, but a plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs
 per byte; ``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on
-reused outputs, interleaved), and ``output_cost`` charges it and ``cold`` to a plan's launch.  Fits are kept per
+reused outputs, interleaved), and ``output_cost`` charges it and the ``bandwidth`` floor to a plan's launch.  Fits are kept per
 device and driver in ``calibration.json`` beside ``links.json``.
 """
 
@@ -150,9 +151,9 @@ class Calibration:
     stream: float = 1.0
     """How many times slower per byte a kernel whose working set exceeds ``cache`` runs than one that fits in it
     (measured: the copy-like micro-benchmark out of the cache against one that fits)."""
-    cold: float = 0.0
-    """Seconds per byte of working set a launch spends more when it comes from memory than from the cache (the
-    same two copies as ``stream``): what a plan's launch pays for the inputs its trials found cached."""
+    bandwidth: float = 0.0
+    """Bytes per second the large copy-like micro-benchmark streams from memory, out of every cache (0: not
+    measured): the rate a plan's launch reads its inputs at, at best (see ``output_cost``)."""
     slopes: dict[str, list[float]] = field(default_factory=dict)
     """By shape: sums over pairs of timed variants of one kernel of (modelled log ratio x measured log ratio,
     modelled log ratio squared), whose quotient is ``slope``."""
@@ -212,7 +213,8 @@ class Calibration:
 
     def to_json(self) -> dict[str, Any]:
         return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
-                "parallel": self.parallel, "cache": self.cache, "stream": self.stream, "cold": self.cold,
+                "parallel": self.parallel, "cache": self.cache, "stream": self.stream,
+                "bandwidth": self.bandwidth,
                 "device": [self.device.log_sum, self.device.count],
                 "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
                 "families": {k: [f.log_sum, f.count] for k, f in self.families.items()}, "ops": self.ops,
@@ -228,13 +230,13 @@ class Calibration:
             return Fit(log_sum, count)
 
         overhead, fresh = float(data["overhead"]), float(data.get("fresh", 0.0))
-        parallel, cache, stream, cold = (float(data.get(k, d)) for k, d in
-                                         (("parallel", 0.0), ("cache", 0.0), ("stream", 1.0), ("cold", 0.0)))
+        parallel, cache, stream, bandwidth = (float(data.get(k, d)) for k, d in
+                                              (("parallel", 0.0), ("cache", 0.0), ("stream", 1.0), ("bandwidth", 0.0)))
         ops = {str(k): float(v) for k, v in data.get("ops", {}).items()}
-        terms = (overhead, fresh, parallel, cache, cold, *ops.values())
+        terms = (overhead, fresh, parallel, cache, bandwidth, *ops.values())
         if not all(math.isfinite(x) and x >= 0 for x in terms) or not 1 <= stream < math.inf:
             raise ValueError(f"bad overhead {overhead}, first-touch cost {fresh}, thread wake-up {parallel}, cache "
-                             f"{cache}, stream {stream} or op costs {ops}")
+                             f"{cache}, stream {stream}, bandwidth {bandwidth} or op costs {ops}")
         def timed(entry: Any) -> tuple[Variant, Timed]:
             variant, log_sum, count, log_work = entry
             f = fit([log_sum, count])
@@ -249,7 +251,7 @@ class Calibration:
         return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
                            kernels, int(data.get("observations", 0)),
                            {k: fit(v) for k, v in data.get("families", {}).items()}, ops, parallel, cache, stream,
-                           cold, slopes)
+                           bandwidth, slopes)
 
 
 class Calibrations:
@@ -316,13 +318,14 @@ class Calibrations:
         part = _work_part(kernel, device, variant)
         return _fixed(c, kernel, device, variant) + c.factor(kernel, variant, part) * c.memory(kernel) * part
 
-    def output_cost(self, kernel: Kernel, device: Device) -> float:
-        """Seconds a plan's launch of ``kernel`` spends more than a trial: first touches of its fresh outputs, and
-        reads of the inputs a trial found in the cache (the part of the working set that fits), which a plan's
-        launch reads from memory (a program input, an upload, a kernel's output some launches ago)."""
+    def output_cost(self, kernel: Kernel, device: Device, seconds: float = 0.0) -> float:
+        """Seconds a plan's launch of ``kernel`` spends more than a trial that took ``seconds``: first touches of
+        its fresh outputs; and, where the trial ran faster than its inputs stream from memory (launch after launch
+        on the same buffers, it found them cached), the rest of that streaming time: a plan's launch reads them
+        from memory (a program input, an upload, a kernel's output some launches ago)."""
         c = self.get(device)
-        inputs = sum(b.nbytes for b in kernel.inputs)
-        return c.fresh * sum(b.nbytes for b in kernel.output_types) + c.cold * inputs * (1 - c.missed(kernel))
+        stream = sum(b.nbytes for b in kernel.inputs) / c.bandwidth if c.bandwidth > 0 else 0.0
+        return c.fresh * sum(b.nbytes for b in kernel.output_types) + max(stream - seconds, 0.0)
 
     def observe(self, kernel: Kernel, device: Device, variant: Variant, seconds: float) -> None:
         """Refit ``device`` with a measured launch: this kernel's factor always; the shape's (in the variant's
@@ -455,7 +458,10 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     with contextlib.suppress(Exception):  # a device that cannot run it wakes no threads at a cost
         c.parallel = _wake_up(device, c)
     copies = [(v, times) for k, v, times in timed if k.key == large and len(times) >= 3]
-    if copies:
+    if copies:  # the best launch of the best variant, less what is not memory
+        large_kernel = micro_kernels()[1]
+        best = min(min(times) - _fixed(c, large_kernel, device, v) for v, times in copies)
+        c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
             _stream(device, c, micro_kernels()[1], copies)
     for kernel, variant, times in timed:
@@ -468,10 +474,10 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
 
 
 def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]]) -> None:
-    """Set ``stream`` and ``cold`` from the copy-like kernel ``large`` (out of the cache; ``copies``: the times of
+    """Set ``stream`` from the copy-like kernel ``large`` (out of the cache; ``copies``: the times of
     its variants, each timed at least 3 times: a slow device's single launch pays its first touches) and one whose
     working set is about an eighth of the cache, in the best variant, each at its best launch (a launch that waited for
-    a descheduled thread says nothing of the memory), less the launch and the threads' wake-up.  Neither is set
+    a descheduled thread says nothing of the memory), less the launch and the threads' wake-up.  It is not set
     when the cache is unknown or the cached copy takes less than twice those (a GPU's L2, or a loaded machine's
     stalled threads: they, not the memory, would be what was timed)."""
     from engine.tuning.measure import Bench
@@ -496,7 +502,6 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     seconds = {k: max(t - fixed[k], 1e-12) for k, t in ((large, best[variant]), (small, min(timing.times)))}
     per = {k: t / _work_part(k, device, variant) for k, t in seconds.items()}
     c.stream = min(max(per[large] / per[small], 1.0), STREAM_LIMIT)
-    c.cold = max(seconds[large] / _footprint(large) - seconds[small] / _footprint(small), 0.0)
 
 
 def _wake_up(device: Device, c: Calibration) -> float:

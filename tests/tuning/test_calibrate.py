@@ -274,7 +274,7 @@ def test_the_stored_calibration_round_trips_with_every_fitted_and_measured_term(
     device = VariantDevice()
     calibrations = Calibrations(tmp_path, fit=False)
     c = calibrations.get(device)
-    c.overhead, c.parallel, c.cache, c.stream, c.cold = 0.0, 2e-5, 1 << 20, 3.0, 1e-10
+    c.overhead, c.parallel, c.cache, c.stream, c.bandwidth = 0.0, 2e-5, 1 << 20, 3.0, 1e10
     k = matmul()
     for v in (Variant(), Variant(unroll=2), Variant(upcast=2, tile=2)):
         calibrations.observe(k, device, v, truth(k, device, v))
@@ -309,16 +309,22 @@ class CacheDevice(FamilyDevice):
         return self.OVERHEAD + self.WAKE * (self.workers(k, v) > 1) + _work_part(k, self, v) * memory
 
 
-def test_calibration_measures_the_thread_wake_up_and_the_cache_and_charges_them():
+def test_calibration_measures_the_thread_wake_up_the_cache_and_the_streaming_rate_and_charges_them():
     device = CacheDevice()
     calibrations = Calibrations(persist=False)
     c = calibrations.get(device)
     assert c.cache == CacheDevice.CACHE
     assert math.isclose(c.parallel, CacheDevice.WAKE, rel_tol=0.05)
-    assert math.isclose(c.stream, CacheDevice.STREAM, rel_tol=0.1) and c.cold > 0
-    small, large = row_sum(64, 1024), row_sum(4096, 4096)  # 256 KiB and 64 MiB: in and out of the cache
-    assert calibrations.output_cost(large, device) == pytest.approx(c.fresh * large.output_types[0].nbytes)
-    assert calibrations.output_cost(small, device) > c.fresh * small.output_types[0].nbytes  # read cold in a plan
+    assert math.isclose(c.stream, CacheDevice.STREAM, rel_tol=0.1)
+    large = micro_kernels()[1]  # streamed: its working set at the rate the model streams it
+    streamed = CacheDevice.STREAM * _work_part(large, device, Variant())
+    assert math.isclose(c.bandwidth, sum(b.nbytes for b in (*large.inputs, *large.output_types)) / streamed,
+                        rel_tol=0.05)
+    small, big = row_sum(64, 1024), row_sum(4096, 4096)  # 256 KiB and 64 MiB: in and out of the cache
+    for k in (small, big):  # a plan's launch reads its inputs from memory: at least their bytes at that rate
+        fresh = c.fresh * k.output_types[0].nbytes
+        assert calibrations.output_cost(k, device, seconds=1.0) == pytest.approx(fresh)
+        assert calibrations.output_cost(k, device) == pytest.approx(fresh + k.inputs[0].nbytes / c.bandwidth)
     for k in (small, large):  # each predicted from the other shapes' micro-benchmarks alone
         v = Variant()
         assert abs(math.log2(calibrations.predict(k, device, v) / device.launch(device.compile(k, v), [], []))) < 0.5
@@ -337,4 +343,4 @@ def test_without_a_known_cache_there_is_no_cache_term():
     host.cache_bytes = None  # the host's, read from Linux, for a device that compiles kernels; not numpy's
     assert cache_bytes(host) > 0 and cache_bytes(NumpyDevice(threads=1)) == 0 and cache_bytes(device) == 0
     c = Calibrations(persist=False).get(device)
-    assert c.cache == 0 and c.stream == 1 and c.cold == 0 and c.memory(row_sum(4096, 4096)) == 1
+    assert c.cache == 0 and c.stream == 1 and c.memory(row_sum(4096, 4096)) == 1
