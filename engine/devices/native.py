@@ -44,6 +44,9 @@ from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 CACHE_LINE = 64
 """Bytes a strided load brings in."""
+LOOP_OPS = 12
+"""Scalar ops to set up one reduce loop and store its result (as the work-item roofline's per-item overhead):
+what a split reduce's many short pieces cost beyond their adds."""
 ENV = "ZYX_EXPLORE_CC"
 """Environment variable naming the C compiler (a command on PATH or a path)."""
 CANDIDATES = ("cc", "gcc", "clang")
@@ -385,7 +388,10 @@ class NativeDevice(HostMemory, Device):
         ops = self.throughput * (self.lanes if vector else 1) * max(parallel, 1)
         # strided reduce loads read a cache line each; lanes of an upcast or tile share their lines
         lines = steps * strided_loads(kernel) / min(variant.upcast * variant.tile, CACHE_LINE // 4)
-        return self.launch_overhead + max((w.bytes + lines * CACHE_LINE) / bandwidth, w.ops / ops)
+        # each reduce loop (one per point, or per piece of a split reduce) is set up and stored in scalar code
+        loops = kernel.numel * (variant.group if split else 1) if red is not None else 0
+        compute = w.ops / ops + loops * LOOP_OPS / (self.throughput * max(parallel, 1))
+        return self.launch_overhead + max((w.bytes + lines * CACHE_LINE) / bandwidth, compute)
 
     def workers(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> int:
         """The threads of its OpenMP loop: none below PARALLEL_STEPS loop steps (as the C renderer decides), else
