@@ -27,11 +27,11 @@ takes at least their bytes at the rate the device streams from memory.
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
 best predicted families; a copy an eighth of the cache's size against the large one, for ``stream``; two small
-copies on several threads, for ``parallel``; then one small kernel per transcendental op),
-and every measured trial and executed plan step refits it (``observe``).  Trials time launches on output buffers
-they reuse, but a plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs
-per byte; ``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on
-reused outputs, interleaved), and ``output_cost`` charges it and the ``bandwidth`` floor to a plan's launch.  Fits are kept per
+copies on several threads, for ``parallel``; then one small kernel per transcendental op), and every measured
+trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
+plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs per byte;
+``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on reused outputs,
+interleaved), and ``output_cost`` charges it and the ``bandwidth`` floor to a plan's launch.  Fits are kept per
 device and driver in ``calibration.json`` beside ``links.json``.
 """
 
@@ -328,8 +328,9 @@ class Calibrations:
         return c.fresh * sum(b.nbytes for b in kernel.output_types) + max(stream - seconds, 0.0)
 
     def observe(self, kernel: Kernel, device: Device, variant: Variant, seconds: float) -> None:
-        """Refit ``device`` with a measured launch: this kernel's factor always; the shape's (in the variant's
-        family and in all) and the device's when the work, not the launch overhead, dominates the time."""
+        """Refit ``device`` with a measured launch (less its fixed costs, as if cached): this variant's fit always;
+        the shape's (in the variant's family and in all), the device's and the shape's slope (a pair with each
+        other variant of the kernel timed) when the work, not the launch overhead, dominates the time."""
         c = self.get(device)
         part = _work_part(kernel, device, variant)
         if not (math.isfinite(seconds) and seconds > 0 and part > 0):
