@@ -3,6 +3,7 @@
     python benchmarks/calibration.py                     # every full-size sample, every device found
     python benchmarks/calibration.py mlp attention --gpu # some samples; --gpu: GPUs only for OpenCL
     python benchmarks/calibration.py --quick-start       # the explorer on the default sample, to "done"
+    python benchmarks/calibration.py --record run.pickle # also keep every refit of the model, to replay offline
     bash benchmarks/h200.sh --calibration                # the same on the H200 device machine
 
 Each sample compiles with an empty cache (a fresh ``ZYX_EXPLORE_CACHE``: copy links, device calibration and
@@ -14,6 +15,11 @@ tuning all measured again) under the default budget, runs and verifies.  Printed
 - per device: the cost model's error |log2(predicted / measured)| over every (kernel, device) the tuner timed,
   for the prediction made before the kernel's first trial on the device (out of sample) and for each trial's
   prediction made right before it ran (refitted by the trials before it); the calibrated parameters.
+
+``--record`` keeps, per sample, every measurement the model was refitted with (micro-benchmarks, trials, executed
+steps: kernel, device, variant, seconds) and each device's measured overhead and op costs, in order, so that
+``calibration_replay.py`` can score another model on the same measurements (the trials a search chose stay as
+they were).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import pickle
 import statistics
 import sys
 import tempfile
@@ -36,6 +43,7 @@ from engine.pipeline import Compilation, Options, compile_program
 from engine.plan import execute
 from engine.tuning import OK
 from engine.tuning.calibrate import Calibrations
+from engine.tuning.search import _Search
 
 
 def short(device: str) -> str:
@@ -48,6 +56,24 @@ def ms(seconds: float | None) -> str:
 
 def error(predicted: float, measured: float) -> float:
     return abs(math.log2(predicted / measured))
+
+
+class Recorder:
+    """Every ``Calibrations.observe`` call, marked ``trial`` when a search made it (else a micro-benchmark's or an
+    executed step's), as (kind, kernel, device name, variant, seconds)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple] = []
+        observe = Calibrations.observe
+        recorder = self
+
+        def recording(self, kernel, device, variant, seconds):
+            caller = sys._getframe(1).f_code
+            kind = "trial" if caller is _Search.run.__code__ else "other"
+            recorder.events.append((kind, kernel, device.name, variant, seconds))
+            return observe(self, kernel, device, variant, seconds)
+
+        Calibrations.observe = recording  # type: ignore[method-assign]
 
 
 def compile_cold(name: str, devices: list) -> tuple[Compilation, float, list[float]]:
@@ -95,6 +121,7 @@ def main() -> None:
     parser.add_argument("samples", nargs="*", help="sample names (default: every full-size sample)")
     parser.add_argument("--gpu", action="store_true", help="OpenCL GPUs only (the CPU runtime left out)")
     parser.add_argument("--quick-start", action="store_true", help="time the explorer on the default sample instead")
+    parser.add_argument("--record", type=Path, help="write every refit of the model here (see calibration_replay.py)")
     args = parser.parse_args()
     if args.quick_start:
         return quick_start()
@@ -103,11 +130,14 @@ def main() -> None:
     if args.gpu:
         devices = [d for d in devices if not d.name.startswith("opencl:") or getattr(d, "is_gpu", False)]
     print("devices:", ", ".join(d.name for d in devices))
-    print("\n| device | calibration | first touch of fresh outputs |\n|---|---|---|")
+    print("\n| device | calibration | first touch of fresh outputs | thread wake-up | cache | out of cache / in it "
+          "| streamed from memory |\n|---|---|---|---|---|---|---|")
     for d in devices:
         start = time.perf_counter()
         cal = Calibrations(persist=False).get(d)
-        print(f"| {short(d.name)} | {time.perf_counter() - start:.2f} s | {cal.fresh * 1e12:.3g} ps/byte |", flush=True)
+        print(f"| {short(d.name)} | {time.perf_counter() - start:.2f} s | {cal.fresh * 1e12:.3g} ps/byte | "
+              f"{ms(cal.parallel)} | {cal.cache / 2**20:.3g} MiB | {cal.stream:.3g}x | {cal.bandwidth / 1e9:.3g} GB/s |",
+              flush=True)
     print("\n| sample | wall | tuning / budget | launches timed | plan predicted | measured (run) | measured "
           "(median of 3 more) | measured / predicted | verified |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -115,8 +145,16 @@ def main() -> None:
     every: dict[str, list[float]] = {}
     ratios = []
     calibrations = {}
+    recorder = Recorder() if args.record else None
+    recorded = []
     for name in names:
+        if recorder is not None:
+            recorder.events = []
         c, wall, reruns = compile_cold(name, devices)
+        if recorder is not None:
+            assert c.calibrations is not None
+            fitted = {d: cal.to_json() for d, cal in c.calibrations.by_device.items()}
+            recorded.append((name, fitted, recorder.events))
         assert c.plan is not None and c.execution is not None and c.budget is not None
         rerun = statistics.median(reruns)
         ratios.append(rerun / c.plan.predicted)
@@ -131,6 +169,8 @@ def main() -> None:
                 every.setdefault(result.device, []).extend(error(t.predicted, t.seconds) for t in timed)
         assert c.calibrations is not None
         calibrations.update(c.calibrations.by_device)
+    if args.record:
+        args.record.write_bytes(pickle.dumps(recorded))
     print("\n| device | pairs timed | median \\|log2(pred/meas)\\|, before its first trial | p90 | trials | median, "
           "each trial | within 2x (each trial) |")
     print("|---|---|---|---|---|---|---|")

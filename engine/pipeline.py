@@ -193,16 +193,18 @@ class Compilation:
         return {d.name: d.pool for d in self.devices}
 
     def extraction_time(self, kn: KernelNode) -> float:
-        """What extraction (and its explanation) prices ``kn`` at: its time, plus the first touches of the fresh
-        outputs a plan's launch writes (trials reuse theirs), infinite when ``untried``."""
+        """What extraction (and its explanation) prices ``kn`` at: its time, plus what a plan's launch pays more
+        (``output_cost``), infinite when ``untried``."""
         return math.inf if kn in self.untried else self.kernel_times[kn] + self.output_cost(kn)
 
     def output_cost(self, kn: KernelNode) -> float:
-        """Seconds a plan's launch of ``kn`` spends on first touches of its fresh outputs (0 uncalibrated)."""
+        """Seconds a plan's launch of ``kn`` spends more than its trials: first touches of its fresh outputs
+        (trials reuse theirs), inputs read from memory (trials find them cached); 0 uncalibrated."""
         if self.calibrations is None or self.kernelization is None:
             return 0.0
         device = next(d for d in self.devices if d.name == kn.device)
-        return self.calibrations.output_cost(self.kernelization.candidates[kn.candidate].kernel, device)
+        kernel = self.kernelization.candidates[kn.candidate].kernel
+        return self.calibrations.output_cost(kernel, device, self.kernel_times[kn])
 
     def measured(self, kn: KernelNode) -> bool:
         """Whether kernel node ``kn``'s time was measured (tuned), not predicted."""
@@ -527,15 +529,16 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
 
 
 def feed_back(c: Compilation, execution: Execution) -> None:
-    """Refit the devices' cost models with the plan's measured launches (less their fresh outputs' first touches,
-    which trials do not pay)."""
+    """Refit the devices' cost models with the plan's measured launches, less what trials do not pay
+    (``Calibrations.output_cost`` of the time the model predicts for a trial)."""
     if c.calibrations is None or c.plan is None:
         return
     by_name = {d.name: d for d in c.devices}
     for step, seconds in zip(c.plan.steps, execution.step_times):
         if isinstance(step, Launch):
             device = by_name[step.device]
-            extra = c.calibrations.output_cost(step.kernel, device)
+            trial = c.calibrations.predict(step.kernel, device, step.variant)
+            extra = c.calibrations.output_cost(step.kernel, device, trial)
             c.calibrations.observe(step.kernel, device, step.variant, max(seconds - extra, 0.5 * seconds))
     c.calibrations.save()
 

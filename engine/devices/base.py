@@ -162,6 +162,11 @@ class Device(ABC):
         """Predicted seconds for ``kernel`` in ``variant`` (by default ``estimate``, the same for every variant)."""
         return self.estimate(kernel)
 
+    def workers(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> int:
+        """Threads a launch of ``kernel`` in ``variant`` wakes (the calibrated model charges the measured cost of
+        waking them when more than one); by default one."""
+        return 1
+
     @abstractmethod
     def transfer_estimate(self, nbytes: int) -> float:
         """Predicted seconds to move ``nbytes`` between the host and this device's pool (0 for the host pool)."""

@@ -44,6 +44,9 @@ from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 CACHE_LINE = 64
 """Bytes a strided load brings in."""
+LOOP_OPS = 12
+"""Scalar ops to set up one reduce loop and store its result (as the work-item roofline's per-item overhead):
+what a split reduce's many short pieces cost beyond their adds."""
 ENV = "ZYX_EXPLORE_CC"
 """Environment variable naming the C compiler (a command on PATH or a path)."""
 CANDIDATES = ("cc", "gcc", "clang")
@@ -379,14 +382,24 @@ class NativeDevice(HostMemory, Device):
         red = kernel.reduce
         steps = kernel.numel * max(red.size if red is not None else 1, 1)
         split = variant.group > 1
-        parallel = min(self.threads, kernel.numel * (variant.group if split else 1))
-        parallel = parallel if steps >= PARALLEL_STEPS else 1
+        parallel = self.workers(kernel, variant)
         vector = red is None or not red.vars or variant.unroll > 1 or split
         bandwidth = self.bandwidth if parallel > 1 else self.single_bandwidth
         ops = self.throughput * (self.lanes if vector else 1) * max(parallel, 1)
         # strided reduce loads read a cache line each; lanes of an upcast or tile share their lines
         lines = steps * strided_loads(kernel) / min(variant.upcast * variant.tile, CACHE_LINE // 4)
-        return self.launch_overhead + max((w.bytes + lines * CACHE_LINE) / bandwidth, w.ops / ops)
+        # each reduce loop (one per point, or per piece of a split reduce) is set up and stored in scalar code
+        loops = kernel.numel * (variant.group if split else 1) if red is not None else 0
+        compute = w.ops / ops + loops * LOOP_OPS / (self.throughput * max(parallel, 1))
+        return self.launch_overhead + max((w.bytes + lines * CACHE_LINE) / bandwidth, compute)
+
+    def workers(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> int:
+        """The threads of its OpenMP loop: none below PARALLEL_STEPS loop steps (as the C renderer decides), else
+        as many as there are points (or split reduce pieces) up to ``threads``."""
+        red = kernel.reduce
+        if kernel.numel * max(red.size if red is not None else 1, 1) < PARALLEL_STEPS:
+            return 1
+        return max(min(self.threads, kernel.numel * (variant.group if variant.group > 1 else 1)), 1)
 
     def estimate(self, kernel: Kernel) -> float:
         """The best ``predict`` of the default, a vectorised reduce and a split reduce (the tuner measures)."""

@@ -199,6 +199,11 @@ class OpenCLDevice(Device):
         return bool(self.device.type & cl.device_type.GPU)
 
     @property
+    def cache_bytes(self) -> int:
+        """The global memory cache (its last level) the runtime reports (the calibrated model's cache term)."""
+        return int(self.device.global_mem_cache_size)
+
+    @property
     def launch_overhead(self) -> float:
         return self.nominal.overhead
 

@@ -2,23 +2,37 @@
 
     predicted = overhead + factor x work part of the roofline + evaluations x cost, per transcendental op
 
-``overhead`` is the device's measured launch cost; ``factor`` is the geometric mean of measured/roofline
-ratios, taken at the most specific level that has measurements: this kernel, else kernels of its shape
-(``elementwise``, ``transcendental``, ``reduce``, ``matmul``, ``row``) run in the variant's family (``family``:
-a split reduce, a register tile, an unrolled loop, plain; their speeds next to the roofline differ by several
-times on CPU runtimes), else kernels of its shape, else all of the device's.  Each level is shrunk towards the
-one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.  The roofline counts
-every op alike, but a runtime's ``erf`` or ``tanh`` can cost tens of adds (PoCL's 20x an ``exp2`` kernel's time):
-``ops`` is each transcendental op's measured cost per evaluation beyond an add's (which the roofline covers).
+``overhead`` is the device's measured launch cost.  ``factor`` starts from a level: the geometric mean of
+measured/roofline ratios of the device's kernels, shrunk into that of kernels of its shape (``elementwise``,
+``transcendental``, ``reduce``, ``matmul``, ``row``), shrunk into that of that shape run in the variant's family
+(``family``: a split reduce, a register tile, an unrolled loop, plain; their speeds next to the roofline differ by
+several times on CPU runtimes); each level is shrunk towards the one above it (a prior worth ``PRIOR``
+observations), so one noisy trial does not swing it.  Once variants of a kernel are timed, each one predicts the
+others from its own measured time, moved by what the model says the change is worth: the levels' difference and
+the roofline's ratio raised to a ``slope`` fitted per shape over pairs of timed variants (a runtime can spread
+variants wider or narrower than the roofline does: one kernel-wide factor, as before, took on the first variant's
+efficiency and mispredicted the next ones; see ``Calibration.factor``).  The roofline counts every op alike, but a
+runtime's ``erf`` or ``tanh`` can cost tens of adds (PoCL's 20x an ``exp2`` kernel's time): ``ops`` is each
+transcendental op's measured cost per evaluation beyond an add's (which the roofline covers).
+
+Three measured terms follow what the micro-benchmarks of one size missed.  ``parallel``: a launch that wakes
+several threads (``Device.workers``) costs more than the single-threaded tiny launch that measures ``overhead``
+(on a loaded machine, a whole scheduler slice waiting for a descheduled thread).  ``stream``: a kernel whose
+working set fits in the last-level cache (``cache``) stays there from one trial launch to the next and runs
+several times faster per byte than one that streams from memory, so fits are kept as if cached and ``memory``
+scales a kernel by how much of its working set misses.  ``bandwidth``: a plan's launch reads its inputs from
+memory (a program input, an upload, an output of launches ago) even where its trials found them cached, so it
+takes at least their bytes at the rate the device streams from memory.
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
-best predicted families; then one small kernel per transcendental op), and every measured trial and executed
-plan step
-refits it (``observe``).  Trials time launches on output buffers they reuse, but a plan writes each output into
-a freshly allocated buffer, whose first touch (page faults) costs per byte; ``fresh`` is that cost, measured by
-the large copy-like micro-benchmark (launches on fresh and on reused outputs, interleaved), and ``output_cost``
-charges it to a plan's launch.  Fits are kept per device and driver in ``calibration.json`` beside ``links.json``.
+best predicted families; a copy an eighth of the cache's size against the large one, for ``stream``; two small
+copies on several threads, for ``parallel``; then one small kernel per transcendental op), and every measured
+trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
+plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs per byte;
+``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on reused outputs,
+interleaved), and ``output_cost`` charges it and the ``bandwidth`` floor to a plan's launch.  Fits are kept per
+device and driver in ``calibration.json`` beside ``links.json``.
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import statistics
 import warnings
 from dataclasses import dataclass, field
@@ -38,7 +53,7 @@ from engine.devices.base import Device
 from engine.fileio import CacheWarning, write_atomic
 from engine.kernel.cost import op_counts
 from engine.kernel.index import Var, add, flatten, scale, var
-from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
+from engine.kernel.ir import HOST, Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.lanes import upcast_axes
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
@@ -48,8 +63,13 @@ from engine.tuning.model import predict as roofline
 PRIOR = 2.0
 """Weight, in observations, of the level above when a level's factor is fitted."""
 TRANSCENDENTAL = frozenset({"exp2", "log2", "sin", "cos", "sqrt", "recip", "exp", "log", "tanh", "erf", "pow"})
-FORMAT = 2
-"""Of ``calibration.json``: 2 added first-touch and op costs and the variant families."""
+FORMAT = 3
+"""Of ``calibration.json``: 2 added first-touch and op costs and the variant families, 3 per-variant kernel fits,
+slopes, and the thread wake-up and cache terms."""
+NEAR = 0.5
+"""Weight of a timed variant of the same kernel per parameter in which it differs from the one predicted."""
+SLOPE_RANGE = 4.0
+"""The fitted slope stays within 1/SLOPE_RANGE..SLOPE_RANGE (a few noisy pairs must not invert the roofline)."""
 KERNEL_LIMIT = 2000
 """Per-kernel fits kept per device (the oldest are dropped first)."""
 
@@ -57,6 +77,11 @@ KERNEL_LIMIT = 2000
 def nominal_overhead(device: Device) -> float:
     """The launch overhead the device's nominal roofline includes (subtracted before scaling)."""
     return float(device.launch_overhead)
+
+
+def distance(a: Variant, b: Variant) -> int:
+    """How many of the variant parameters differ between ``a`` and ``b`` (one search action moves one)."""
+    return sum(getattr(a, f) != getattr(b, f) for f in ("local_size", "upcast", "tile", "unroll", "group", "smem"))
 
 
 def family(variant: Variant) -> str:
@@ -96,6 +121,13 @@ class Fit:
 
 
 @dataclass
+class Timed(Fit):
+    """One variant's fit for one kernel, with the log of its roofline work part (where slopes measure from)."""
+
+    log_work: float = 0.0
+
+
+@dataclass
 class Calibration:
     """One device's fitted parameters (see the module docstring)."""
 
@@ -104,29 +136,90 @@ class Calibration:
     """Seconds per byte a launch spends more writing a freshly allocated output than a reused one."""
     device: Fit = field(default_factory=Fit)
     shapes: dict[str, Fit] = field(default_factory=dict)
-    kernels: dict[str, Fit] = field(default_factory=dict)
+    kernels: dict[str, dict[Variant, Timed]] = field(default_factory=dict)
+    """By ``kernel.key``, then variant: the measured log ratios of each variant timed."""
     observations: int = 0
     families: dict[str, Fit] = field(default_factory=dict)
     """By ``shape/family``."""
     ops: dict[str, float] = field(default_factory=dict)
     """Seconds per evaluation of each transcendental op beyond an add's (measured)."""
+    parallel: float = 0.0
+    """Seconds a launch that wakes several threads (``Device.workers``) spends more than ``overhead`` (measured:
+    waking them, and on a loaded machine waiting for one that was descheduled)."""
+    cache: float = 0.0
+    """Bytes of the last-level cache in front of the device's memory (0: unknown, no ``stream`` term)."""
+    stream: float = 1.0
+    """How many times slower per byte a kernel whose working set exceeds ``cache`` runs than one that fits in it
+    (measured: the copy-like micro-benchmark out of the cache against one that fits)."""
+    bandwidth: float = 0.0
+    """Bytes per second the large copy-like micro-benchmark streams from memory, out of every cache (0: not
+    measured): the rate a plan's launch reads its inputs at, at best (see ``output_cost``)."""
+    slopes: dict[str, list[float]] = field(default_factory=dict)
+    """By shape: sums over pairs of timed variants of one kernel of (modelled log ratio x measured log ratio,
+    modelled log ratio squared), whose quotient is ``slope``."""
+
+    def memory(self, kernel: Kernel) -> float:
+        """``stream`` raised to the fraction of ``kernel``'s working set that misses the cache: 0 at half the
+        cache or less, 1 at twice or more, log-linear between (trials launch on the same buffers, so a working set
+        that fits stays cached from one launch to the next; the fits are kept as if in the cache)."""
+        return self.stream ** self.missed(kernel)
+
+    def missed(self, kernel: Kernel) -> float:
+        """The fraction of ``kernel``'s working set taken to miss the cache from one launch to the next (see
+        ``memory``)."""
+        if self.cache <= 0:
+            return 1.0
+        return min(max(math.log2(max(_footprint(kernel), 1) / (self.cache / 2)) / 2, 0.0), 1.0)
 
     def op_seconds(self, kernel: Kernel) -> float:
         """Seconds ``kernel``'s transcendental ops cost beyond the fitted roofline."""
         return sum(n * self.ops.get(op, 0.0) for op, n in op_counts(kernel).items())
 
-    def factor(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
+    def level(self, kernel: Kernel, variant: Variant) -> float:
+        """The factor of kernels like ``kernel`` in ``variant``'s family: the device's, its shape's, its family's."""
         f = self.device.factor(1.0)
         f = self.shapes.get(shape(kernel), Fit()).factor(f)
-        f = self.families.get(f"{shape(kernel)}/{family(variant)}", Fit()).factor(f)
-        return self.kernels.get(kernel.key, Fit()).factor(f)
+        return self.families.get(f"{shape(kernel)}/{family(variant)}", Fit()).factor(f)
+
+    def slope(self, kernel: Kernel) -> float:
+        """How many times the log of the roofline's ratio between two variants of one kernel of ``kernel``'s shape
+        the measured log ratio is (1: as the roofline says), fitted over pairs of timed variants (prior: 1 with
+        PRIOR weight), within 1/SLOPE_RANGE..SLOPE_RANGE."""
+        sxy, sxx = self.slopes.get(shape(kernel), (0.0, 0.0))
+        return min(max((sxy + PRIOR) / (sxx + PRIOR), 1 / SLOPE_RANGE), SLOPE_RANGE)
+
+    def factor(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT, work: float = 1.0) -> float:
+        """``level`` times what this kernel's own trials say of it.  Each timed variant ``u`` predicts ``variant``
+        from its measured time, moved by ``slope`` times the modelled change (level and roofline, ``work`` being
+        ``variant``'s work part).  The kernel's offset (its size and cache behaviour, common to its variants) is
+        their mean, shrunk to 0 by PRIOR observations; near ``variant`` each other variant weighs NEAR to the
+        power of the parameters that differ (what the roofline misses of one action), ``variant``'s own
+        measurements one each (so they prevail as they accumulate), shrunk to that offset by PRIOR."""
+        level = self.level(kernel, variant)
+        fits = {u: f for u, f in self.kernels.get(kernel.key, {}).items() if f.count}
+        if not fits:
+            return level
+        x = math.log(level * work)
+        bend = self.slope(kernel) - 1
+        guess = {}
+        for u, f in fits.items():
+            xu = math.log(self.level(kernel, u)) + f.log_work
+            guess[u] = f.log_sum / f.count + f.log_work - xu + bend * (x - xu)  # log(variant's time / level's)
+        count = sum(f.count for f in fits.values())
+        offset = sum(fits[u].count * g for u, g in guess.items()) / (count + PRIOR)
+        weights = {u: fits[u].count if u == variant else NEAR ** distance(u, variant) for u in fits}
+        near = (sum(weights[u] * g for u, g in guess.items()) + PRIOR * offset) / (sum(weights.values()) + PRIOR)
+        return level * math.exp(near)
 
     def to_json(self) -> dict[str, Any]:
         return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
+                "parallel": self.parallel, "cache": self.cache, "stream": self.stream,
+                "bandwidth": self.bandwidth,
                 "device": [self.device.log_sum, self.device.count],
                 "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
                 "families": {k: [f.log_sum, f.count] for k, f in self.families.items()}, "ops": self.ops,
-                "kernels": {k: [f.log_sum, f.count] for k, f in self.kernels.items()}}
+                "kernels": {k: [[v.to_json(), f.log_sum, f.count, f.log_work] for v, f in fits.items()]
+                            for k, fits in self.kernels.items()}, "slopes": self.slopes}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Calibration:
@@ -137,12 +230,28 @@ class Calibration:
             return Fit(log_sum, count)
 
         overhead, fresh = float(data["overhead"]), float(data.get("fresh", 0.0))
+        parallel, cache, stream, bandwidth = (float(data.get(k, d)) for k, d in
+                                              (("parallel", 0.0), ("cache", 0.0), ("stream", 1.0), ("bandwidth", 0.0)))
         ops = {str(k): float(v) for k, v in data.get("ops", {}).items()}
-        if not all(math.isfinite(x) and x >= 0 for x in (overhead, fresh, *ops.values())):
-            raise ValueError(f"bad overhead {overhead}, first-touch cost {fresh} or op costs {ops}")
+        terms = (overhead, fresh, parallel, cache, bandwidth, *ops.values())
+        if not all(math.isfinite(x) and x >= 0 for x in terms) or not 1 <= stream < math.inf:
+            raise ValueError(f"bad overhead {overhead}, first-touch cost {fresh}, thread wake-up {parallel}, cache "
+                             f"{cache}, stream {stream}, bandwidth {bandwidth} or op costs {ops}")
+        def timed(entry: Any) -> tuple[Variant, Timed]:
+            variant, log_sum, count, log_work = entry
+            f = fit([log_sum, count])
+            if not math.isfinite(float(log_work)):
+                raise ValueError(f"bad work {log_work}")
+            return Variant.from_json(variant), Timed(f.log_sum, f.count, float(log_work))
+
+        kernels = {k: dict(timed(e) for e in fits) for k, fits in data["kernels"].items()}
+        slopes = {str(k): [float(a), float(b)] for k, (a, b) in data.get("slopes", {}).items()}
+        if not all(math.isfinite(a) and b >= 0 for a, b in slopes.values()):
+            raise ValueError(f"bad slopes {slopes}")
         return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
-                           {k: fit(v) for k, v in data["kernels"].items()}, int(data.get("observations", 0)),
-                           {k: fit(v) for k, v in data.get("families", {}).items()}, ops)
+                           kernels, int(data.get("observations", 0)),
+                           {k: fit(v) for k, v in data.get("families", {}).items()}, ops, parallel, cache, stream,
+                           bandwidth, slopes)
 
 
 class Calibrations:
@@ -195,7 +304,7 @@ class Calibrations:
                 warnings.warn(CacheWarning(f"calibration of {device.name} in {self.path} is malformed ({e})"),
                               stacklevel=2)
         if calibration is None:
-            calibration = Calibration(nominal_overhead(device))
+            calibration = Calibration(nominal_overhead(device), cache=cache_bytes(device))
             self.by_device[device.name] = calibration
             if self.fit:
                 benchmark(device, self)
@@ -206,27 +315,42 @@ class Calibrations:
     def predict(self, kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
         """Calibrated seconds of one launch of ``kernel`` in ``variant`` on ``device``."""
         c = self.get(device)
-        return c.overhead + c.factor(kernel, variant) * _work_part(kernel, device, variant) + c.op_seconds(kernel)
+        part = _work_part(kernel, device, variant)
+        return _fixed(c, kernel, device, variant) + c.factor(kernel, variant, part) * c.memory(kernel) * part
 
-    def output_cost(self, kernel: Kernel, device: Device) -> float:
-        """Seconds a plan's launch of ``kernel`` spends more than a trial: first touches of its fresh outputs."""
-        return self.get(device).fresh * sum(b.nbytes for b in kernel.output_types)
+    def output_cost(self, kernel: Kernel, device: Device, seconds: float = 0.0) -> float:
+        """Seconds a plan's launch of ``kernel`` spends more than a trial that took ``seconds``: first touches of
+        its fresh outputs; and, where the trial ran faster than its inputs stream from memory (launch after launch
+        on the same buffers, it found them cached), the rest of that streaming time: a plan's launch reads them
+        from memory (a program input, an upload, a kernel's output some launches ago)."""
+        c = self.get(device)
+        stream = sum(b.nbytes for b in kernel.inputs) / c.bandwidth if c.bandwidth > 0 else 0.0
+        return c.fresh * sum(b.nbytes for b in kernel.output_types) + max(stream - seconds, 0.0)
 
     def observe(self, kernel: Kernel, device: Device, variant: Variant, seconds: float) -> None:
-        """Refit ``device`` with a measured launch: this kernel's factor always; the shape's (in the variant's
-        family and in all) and the device's when the work, not the launch overhead, dominates the time."""
+        """Refit ``device`` with a measured launch (less its fixed costs, as if cached): this variant's fit always;
+        the shape's (in the variant's family and in all), the device's and the shape's slope (a pair with each
+        other variant of the kernel timed) when the work, not the launch overhead, dominates the time."""
         c = self.get(device)
         part = _work_part(kernel, device, variant)
         if not (math.isfinite(seconds) and seconds > 0 and part > 0):
             return
-        ratio = max(seconds - c.overhead - c.op_seconds(kernel), 0.1 * seconds) / part
+        ratio = max(seconds - _fixed(c, kernel, device, variant), 0.1 * seconds) / part / c.memory(kernel)
         if kernel.key not in c.kernels and len(c.kernels) >= KERNEL_LIMIT:
             del c.kernels[next(iter(c.kernels))]  # the oldest
-        c.kernels.setdefault(kernel.key, Fit()).add(ratio)
+        fits = c.kernels.setdefault(kernel.key, {})
         if seconds > 2 * c.overhead:
+            x = math.log(c.level(kernel, variant) * part)  # modelled, before this refit
+            pair = c.slopes.setdefault(shape(kernel), [0.0, 0.0])
+            for u, f in fits.items():
+                if u != variant and f.count:
+                    xu = math.log(c.level(kernel, u)) + f.log_work
+                    pair[0] += (x - xu) * (math.log(ratio * part) - f.log_sum / f.count - f.log_work)
+                    pair[1] += (x - xu) ** 2
             c.shapes.setdefault(shape(kernel), Fit()).add(ratio)
             c.families.setdefault(f"{shape(kernel)}/{family(variant)}", Fit()).add(ratio)
             c.device.add(ratio)
+        fits.setdefault(variant, Timed(log_work=math.log(part))).add(ratio)
         c.observations += 1
 
     def save(self, device: Device | None = None) -> None:
@@ -242,6 +366,17 @@ class Calibrations:
         except OSError as e:
             warnings.warn(CacheWarning(f"calibration {self.path} cannot be written ({e}); kept in memory"),
                           stacklevel=2)
+
+
+def _footprint(kernel: Kernel) -> int:
+    """Bytes of ``kernel``'s working set: its inputs and outputs."""
+    return sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
+
+
+def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant) -> float:
+    """The seconds of a launch the factor does not scale: the launch, waking threads, transcendental ops."""
+    woken = c.parallel if device.workers(kernel, variant) > 1 else 0.0
+    return c.overhead + woken + c.op_seconds(kernel)
 
 
 def _work_part(kernel: Kernel, device: Device, variant: Variant) -> float:
@@ -288,7 +423,7 @@ fresh one is always new pages (a smaller one may reuse freed heap memory, whose 
 
 def benchmark(device: Device, calibrations: Calibrations) -> None:
     """Fit ``device``'s overhead, factors, first-touch and op costs by timing the micro-benchmarks it supports
-    (1-3 s per device on the shared 2-core machine)."""
+    (about a second per device on an idle machine)."""
     from engine.tuning.measure import Bench
 
     c = calibrations.by_device[device.name]
@@ -298,6 +433,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     probes = op_probes()
     device.compile_many([(k, v) for k, variants in kernels.items() for v in variants]  # one build of every one
                         + [(k, family_variants(probes[1], device)[0]) for k in probes])
+    timed = []  # refits wait for the overhead and the cache term
     for kernel, variants in kernels.items():
         try:
             bench = Bench(device, kernel, arrays=_halves(kernel))
@@ -317,14 +453,105 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                 if kernel.key == tiny:
                     c.overhead = min(timing.times)
                 else:
-                    calibrations.observe(kernel, device, variant, timing.median)
+                    timed.append((kernel, variant, timing.times))
         finally:
             bench.close()
+    with contextlib.suppress(Exception):  # a device that cannot run it wakes no threads at a cost
+        c.parallel = _wake_up(device, c)
+    copies = [(v, times) for k, v, times in timed if k.key == large and len(times) >= 3]
+    if copies:  # the best launch of the best variant, less what is not memory
+        large_kernel = micro_kernels()[1]
+        best = min(min(times) - _fixed(c, large_kernel, device, v) for v, times in copies)
+        c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
+        with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
+            _stream(device, c, micro_kernels()[1], copies)
+    for kernel, variant, times in timed:
+        calibrations.observe(kernel, device, variant, statistics.median(times))
     if device.supports(probes[0]):
         for op, kernel in zip(OP_PROBES, probes[1:]):
             c.ops[op] = 0.0
             with contextlib.suppress(Exception):  # an op the device cannot run costs nothing extra
                 c.ops[op] = _op_cost(device, kernel, FRESH_PAIRS)
+
+
+def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]]) -> None:
+    """Set ``stream`` from the copy-like kernel ``large`` (out of the cache; ``copies``: the times of
+    its variants, each timed at least 3 times: a slow device's single launch pays its first touches) and one whose
+    working set is about an eighth of the cache, in the best variant, each at its best launch (a launch that waited for
+    a descheduled thread says nothing of the memory), less the launch and the threads' wake-up.  It is not set
+    when the cache is unknown or the cached copy takes less than twice those (a GPU's L2, or a loaded machine's
+    stalled threads: they, not the memory, would be what was timed)."""
+    from engine.tuning.measure import Bench
+
+    if c.cache <= 0:
+        return
+    best = {v: min(times) for v, times in copies}
+    variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v)) / _work_part(large, device, v))
+    # two inputs and an output of 4-byte floats, about an eighth of the cache; a power of two (a runtime picks a
+    # poor work-group size for a global size with small factors only)
+    small = _elementwise(1 << max(int(math.log2(c.cache / 8 / 12)), 8), "add")
+    bench = Bench(device, small, arrays=_halves(small))
+    outs = [device.alloc(b) for b in small.output_types]
+    try:
+        timing = bench.time(device.compile(small, variant), outs, first=0.0, target=0.01, repeats=(10, 30))
+    finally:
+        bench.free(outs)
+        bench.close()
+    fixed = {k: _fixed(c, k, device, variant) for k in (large, small)}
+    if min(timing.times) < 2 * fixed[small]:  # waking threads, not the memory, would be what was timed
+        return
+    seconds = {k: max(t - fixed[k], 1e-12) for k, t in ((large, best[variant]), (small, min(timing.times)))}
+    per = {k: t / _work_part(k, device, variant) for k, t in seconds.items()}
+    c.stream = min(max(per[large] / per[small], 1.0), STREAM_LIMIT)
+
+
+def _wake_up(device: Device, c: Calibration) -> float:
+    """``parallel``: of the smallest copy-like kernel that runs on several threads and one 4 times its size, the
+    median launches ``t1`` and ``t4`` are ``overhead + parallel + work`` and ``... + 4 work``, so ``parallel``
+    is ``t1 - overhead - (t4 - t1) / 3`` (at least 0); 0 on a device that wakes none."""
+    from engine.tuning.measure import Bench
+
+    size = next((1 << n for n in range(8, 21, 2) if device.workers(_elementwise(1 << n, "add")) > 1), None)
+    if size is None:
+        return 0.0
+    medians = []
+    for kernel in (_elementwise(size, "add"), _elementwise(4 * size, "add")):
+        bench = Bench(device, kernel, arrays=_halves(kernel))
+        outs = [device.alloc(b) for b in kernel.output_types]
+        try:
+            medians.append(bench.time(device.compile(kernel), outs, first=0.0, target=0.01, repeats=(5, 10)).median)
+        finally:
+            bench.free(outs)
+            bench.close()
+    t1, t4 = medians
+    return max(t1 - c.overhead - (t4 - t1) / 3, 0.0)
+
+
+STREAM_LIMIT = 8.0
+"""The most ``stream`` is taken to be: a last-level cache is a few times faster than memory, and a larger ratio is
+a copy timed while other jobs took the memory bus (it would make every large kernel look slow)."""
+
+
+def cache_bytes(device: Device) -> float:
+    """The last-level cache in front of ``device``'s memory: the device's own ``cache_bytes`` if it says, else for
+    a host device the last-level caches of the CPUs this process may run on (as Linux lists them), each counted
+    once (a device's threads on several core complexes use all of theirs); 0 when unknown, and for a host device
+    without variants (its library, not one pass over the working set, decides what stays cached)."""
+    own = getattr(device, "cache_bytes", None)
+    if own is not None:
+        return float(own)
+    if device.pool != HOST or not device.tunable:  # numpy and BLAS run through libraries that block for the cache
+        return 0.0
+    caches: dict[tuple[int, str], float] = {}  # by (level, the CPUs sharing it)
+    for cpu in sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []:
+        for index in Path(f"/sys/devices/system/cpu/cpu{cpu}/cache").glob("index*"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                level, shared, size = ((index / f).read_text().strip() for f in ("level", "shared_cpu_list", "size"))
+                caches[(int(level), shared)] = float(size[:-1]) * {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[size[-1]]
+    if not caches:
+        return 0.0
+    last = max(level for level, _ in caches)
+    return sum(size for (level, _), size in caches.items() if level == last)
 
 
 def op_probes() -> list[Kernel]:

@@ -312,3 +312,17 @@ def test_cli_prints_the_note(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "note: native device not offered: the C compiler " in done.stderr and "false" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_split_reduce_of_many_short_pieces_is_predicted_slower(device):
+    """Each piece of a split reduce is a loop set up and stored in scalar code: 512 outputs of 1024 adds cut into
+    256 pieces of 4 cost more than into 16 pieces of 64 (the adds alone are the same), and the workers that
+    ``predict`` and the calibrated wake-up cost count are the renderer's (one below PARALLEL_STEPS loop steps)."""
+    from engine.kernel.render.c import PARALLEL_STEPS
+    from tests.test_autotune import row_sum
+
+    k = row_sum(512, 1024)
+    assert device.predict(k, Variant(group=256)) > device.predict(k, Variant(group=16))
+    tiny = row_sum(4, 64)
+    assert tiny.numel * 64 < PARALLEL_STEPS and device.workers(tiny, Variant(group=16)) == 1
+    assert device.workers(k, Variant(group=16)) == min(device.threads, 512 * 16)

@@ -16,8 +16,10 @@ from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
 from engine.tuning.calibrate import (
     FORMAT,
+    Calibration,
     Calibrations,
     _work_part,
+    cache_bytes,
     family,
     family_variants,
     micro_kernels,
@@ -118,6 +120,7 @@ class FamilyDevice(NumpyDevice):
     """A tunable device whose launches take the nominal model's time times its variant family's known factor."""
 
     tunable = True
+    cache_bytes = 0  # unknown: no cache term (CacheDevice has one)
 
     def __init__(self) -> None:
         super().__init__(threads=1)
@@ -207,3 +210,137 @@ def test_calibration_measures_each_transcendental_ops_cost_and_charges_it_per_ev
     before = calibrations.predict(plain, device)
     calibrations.observe(sines, device, DEFAULT_VARIANT, measured)  # refits the reduce shape less the sines' cost
     assert abs(math.log2(calibrations.predict(plain, device) / before)) < 0.1
+
+
+class VariantDevice(FamilyDevice):
+    """Launches take the work part times the family's factor, times the roofline's ratio to the default raised
+    to SLOPE - 1 (variants spread wider than the roofline says: SLOPE times in log)."""
+
+    SLOPE = 2.0
+
+    def launch(self, compiled, inputs, outputs):
+        return truth(compiled.kernel, self, compiled.variant)
+
+
+def truth(kernel, device, variant):
+    part = _work_part(kernel, device, variant)
+    spread = (part / _work_part(kernel, device, DEFAULT_VARIANT)) ** (VariantDevice.SLOPE - 1)
+    return FAMILY_FACTORS[family(variant)] * part * spread
+
+
+def error(calibrations, kernel, device, variant):
+    return abs(math.log2(calibrations.predict(kernel, device, variant) / truth(kernel, device, variant)))
+
+
+def test_a_trial_of_one_family_does_not_pull_another_familys_prediction_away_from_it():
+    """The kernel's own level is a residual against each variant's family level, so a slow plain variant timed
+    first does not make the group variant (4/0.5 = 8 times faster here) look slow."""
+    device = FamilyDevice()
+    calibrations = Calibrations(persist=False, fit=False)
+    calibrations.get(device).overhead = 0.0
+    plain, group = Variant(), Variant(group=64)
+    for rows in (64, 128, 256, 512):
+        for v in (plain, group):
+            k = row_sum(rows, 4096)
+            calibrations.observe(k, device, v, device.launch(device.compile(k, v), [], []))
+    new = row_sum(2048, 4096)
+    before = calibrations.predict(new, device, group) / _work_part(new, device, group)
+    calibrations.observe(new, device, plain, device.launch(device.compile(new, plain), [], []))
+    after = calibrations.predict(new, device, group) / _work_part(new, device, group)
+    truth_ = FAMILY_FACTORS["group"]
+    assert abs(math.log2(after / truth_)) <= abs(math.log2(before / truth_)) + 0.05
+    assert abs(math.log2(after / truth_)) < 0.5
+
+
+def test_refits_learn_how_much_wider_than_the_roofline_variants_spread_and_converge():
+    device = VariantDevice()
+    calibrations = Calibrations(persist=False, fit=False)
+    calibrations.get(device).overhead = 0.0
+    k = matmul()
+    variants = [v for v in family_variants(k, device)] + [Variant(unroll=2), Variant(upcast=2), Variant(upcast=4, tile=2)]
+    for other in (row_sum(256, 1024), row_sum(512, 1024)):  # pairs of one shape fit its slope
+        for v in (Variant(), Variant(unroll=4), Variant(upcast=4)):
+            calibrations.observe(other, device, v, truth(other, device, v))
+    assert calibrations.get(device).slope(row_sum(64, 64)) > 1.2  # wider than the roofline: more than 1
+    errors = []
+    for _ in range(30):
+        for v in variants:
+            calibrations.observe(k, device, v, truth(k, device, v))
+        errors.append(max(error(calibrations, k, device, v) for v in variants))
+    assert errors[-1] < 0.1 and errors[-1] <= errors[0]
+
+
+def test_the_stored_calibration_round_trips_with_every_fitted_and_measured_term(tmp_path):
+    device = VariantDevice()
+    calibrations = Calibrations(tmp_path, fit=False)
+    c = calibrations.get(device)
+    c.overhead, c.parallel, c.cache, c.stream, c.bandwidth = 0.0, 2e-5, 1 << 20, 3.0, 1e10
+    k = matmul()
+    for v in (Variant(), Variant(unroll=2), Variant(upcast=2, tile=2)):
+        calibrations.observe(k, device, v, truth(k, device, v))
+    calibrations.save(device)
+    data = json.loads((tmp_path / "calibration.json").read_text())
+    assert data["format"] == FORMAT == 3
+    again = Calibrations(tmp_path, fit=False).get(device)
+    assert again == c and again.kernels[k.key] and again.slopes
+    for v in (Variant(), Variant(unroll=4)):
+        assert Calibrations(tmp_path, fit=False).predict(k, device, v) == calibrations.predict(k, device, v)
+    stored = data["devices"][next(iter(data["devices"]))]
+    with pytest.raises(ValueError):
+        Calibration.from_json({**stored, "stream": 0.5})  # faster out of the cache than in it
+
+
+class CacheDevice(FamilyDevice):
+    """Launches: OVERHEAD, plus WAKE when they run on several threads, plus the work part, STREAM times slower
+    out of its CACHE (as ``Calibration.memory`` reads a working set)."""
+
+    OVERHEAD, WAKE, STREAM, CACHE = 1e-6, 3e-4, 4.0, 1 << 25
+    cache_bytes = CACHE
+
+    def workers(self, kernel, variant=DEFAULT_VARIANT):
+        return 2 if kernel.numel >= 1 << 16 else 1
+
+    def estimate(self, kernel):  # its roofline: linear in the working set
+        return self.launch_overhead + 1e-10 * sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
+
+    def launch(self, compiled, inputs, outputs):
+        k, v = compiled.kernel, compiled.variant
+        memory = Calibration(0.0, cache=self.CACHE, stream=self.STREAM).memory(k)
+        return self.OVERHEAD + self.WAKE * (self.workers(k, v) > 1) + _work_part(k, self, v) * memory
+
+
+def test_calibration_measures_the_thread_wake_up_the_cache_and_the_streaming_rate_and_charges_them():
+    device = CacheDevice()
+    calibrations = Calibrations(persist=False)
+    c = calibrations.get(device)
+    assert c.cache == CacheDevice.CACHE
+    assert math.isclose(c.parallel, CacheDevice.WAKE, rel_tol=0.05)
+    assert math.isclose(c.stream, CacheDevice.STREAM, rel_tol=0.1)
+    large = micro_kernels()[1]  # streamed: its working set at the rate the model streams it
+    streamed = CacheDevice.STREAM * _work_part(large, device, Variant())
+    assert math.isclose(c.bandwidth, sum(b.nbytes for b in (*large.inputs, *large.output_types)) / streamed,
+                        rel_tol=0.05)
+    small, big = row_sum(64, 1024), row_sum(4096, 4096)  # 256 KiB and 64 MiB: in and out of the cache
+    for k in (small, big):  # a plan's launch reads its inputs from memory: at least their bytes at that rate
+        fresh = c.fresh * k.output_types[0].nbytes
+        assert calibrations.output_cost(k, device, seconds=1.0) == pytest.approx(fresh)
+        assert calibrations.output_cost(k, device) == pytest.approx(fresh + k.inputs[0].nbytes / c.bandwidth)
+    for k in (small, large):  # each predicted from the other shapes' micro-benchmarks alone
+        v = Variant()
+        assert abs(math.log2(calibrations.predict(k, device, v) / device.launch(device.compile(k, v), [], []))) < 0.5
+
+
+class ElsewhereDevice(FamilyDevice):
+    """A device in a pool of its own that does not say what its cache is."""
+
+    cache_bytes = None
+    pool = "elsewhere"
+
+
+def test_without_a_known_cache_there_is_no_cache_term():
+    device = ElsewhereDevice()
+    host = FamilyDevice()
+    host.cache_bytes = None  # the host's, read from Linux, for a device that compiles kernels; not numpy's
+    assert cache_bytes(host) > 0 and cache_bytes(NumpyDevice(threads=1)) == 0 and cache_bytes(device) == 0
+    c = Calibrations(persist=False).get(device)
+    assert c.cache == 0 and c.stream == 1 and c.memory(row_sum(4096, 4096)) == 1
