@@ -289,6 +289,8 @@ class _Run:
             for device in self.by_name.values():
                 device.finish()
         outputs = {name: np.asarray(self.handles[v]).reshape(_shape(plan, v)) for name, v in plan.outputs.items()}
+        if self.session is not None and self.session.reuse_outputs:
+            self.session._host.update((v, self.handles[v]) for v in plan.outputs.values() if self._own(v))
         return Execution(outputs, tuple(times), time.perf_counter() - start, self.timed)
 
     def step(self, step: Step) -> float:
@@ -301,7 +303,8 @@ class _Run:
             elif step.value in self.copied:
                 pass
             elif pool == HOST:
-                handles[step.value] = np.empty(step.buffer.shape, step.buffer.dtype.numpy)
+                kept = None if self.session is None else self.session._host.pop(step.value, None)
+                handles[step.value] = kept if kept is not None else np.empty(step.buffer.shape, step.buffer.dtype.numpy)
             else:
                 handles[step.value] = by_pool[pool].alloc(step.buffer)
             return 0.0
@@ -332,9 +335,15 @@ class _Run:
             return 0.0
         pool = step.value[1]
         handle = handles.pop(step.value)
-        if pool != HOST and step.value not in self.borrowed:
+        if pool == HOST and self.session is not None and self._own(step.value):
+            self.session._host[step.value] = handle  # the next run writes it again: its pages are already mapped
+        elif pool != HOST and step.value not in self.borrowed:
             by_pool[pool].free(handle)
         return 0.0
+
+    def _own(self, value: Value) -> bool:
+        """Whether ``value``'s buffer is one this run allocated on the host (not an input, not a download)."""
+        return value[1] == HOST and value not in self.input_of and value not in self.copied
 
     def release(self) -> None:
         """Free every device buffer still held but the session's (after a failure; errors freeing are ignored)."""
@@ -358,14 +367,23 @@ class Session:
     and cannot have changed (it is a view of memory only the session holds, and numpy refuses to make such a
     view writeable).  So a session never runs on stale data.
 
+    Host buffers of intermediate values are kept from one run to the next: a freshly allocated buffer of a few
+    MiB costs page faults on its first write, a kept one does not.  With ``reuse_outputs`` the outputs' host
+    buffers are kept too, so each run overwrites the arrays the previous run returned (as a JIT that replays
+    into the same buffers does); without it every run returns new arrays.
+
     Launches are queued, not timed, unless ``timed`` (then each step's time is measured, as ``execute`` does).
     ``uploads`` and ``reused`` count the input copies made and saved, per device pool.
     """
 
-    def __init__(self, plan: ExecPlan, devices: Sequence[Device], timed: bool = False) -> None:
+    def __init__(self, plan: ExecPlan, devices: Sequence[Device], timed: bool = False,
+                 reuse_outputs: bool = False) -> None:
         self.plan = plan
         self.devices = list(devices)
         self.timed = timed
+        self.reuse_outputs = reuse_outputs
+        self._host: dict[Value, np.ndarray] = {}
+        """Host buffers of the last run kept for the next, by value (see the class docstring)."""
         self.uploads = 0
         self.reused = 0
         self._declared = _declared(plan)
@@ -463,6 +481,7 @@ class Session:
             self._drop(name)
         self._snapshots.clear()
         self._given.clear()
+        self._host.clear()
         self.closed = True
 
     def __enter__(self) -> Session:

@@ -13,7 +13,7 @@ from engine.devices.opencl import OpenCLDevice, discover
 from engine.errors import InputError
 from engine.kernel.ir import Buffer
 from engine.pipeline import Options, compile_program
-from engine.plan import Copy, Launch, Session, execute
+from engine.plan import Allocate, Copy, Free, Launch, Session, execute
 from engine.program.dtypes import DType
 
 CPU_OPENCL = [d for d in discover() if not d.is_gpu][:1]
@@ -228,3 +228,42 @@ def test_freed_buffers_are_kept_by_size_for_reuse_within_a_limit():
     assert device._kept == 256 and device._spare == {256: [b]}
     device.trim()
     assert device._kept == 0 and not device._spare
+
+
+def _host_plan():
+    """A plan on the numpy device with an intermediate host buffer between two launches."""
+    from engine.devices import NumpyDevice
+
+    device = NumpyDevice()
+    c = compile_program(_program(), [device], Options(execute=False, tune=False, tune_cache=False))
+    made = {s.value for s in c.plan.steps if isinstance(s, Allocate) and s.input is None}
+    freed = {s.value for s in c.plan.steps if isinstance(s, Free)}
+    assert made & freed, "the plan should free an intermediate host buffer"
+    return c, device
+
+
+def test_a_session_keeps_intermediate_host_buffers_and_returns_new_outputs_by_default():
+    c, device = _host_plan()
+    inputs = _inputs(c)
+    with Session(c.plan, [device]) as session:
+        first = session.run(inputs)
+        kept = {v: id(a) for v, a in session._host.items()}
+        assert kept and not set(kept) & set(c.plan.outputs.values())  # intermediates only
+        inputs["x"][0] += 1.0
+        second = session.run(inputs)
+        assert {v: id(a) for v, a in session._host.items()} == kept  # the same buffers, written again
+        assert _equal(second.outputs, execute(c.plan, [device], inputs).outputs)
+        assert not _equal(first.outputs, second.outputs)  # the first run's arrays were not overwritten
+        assert all(not np.shares_memory(first.outputs[k], second.outputs[k]) for k in first.outputs)
+
+
+def test_reuse_outputs_overwrites_the_previous_runs_arrays_with_correct_results():
+    c, device = _host_plan()
+    inputs = _inputs(c)
+    with Session(c.plan, [device], reuse_outputs=True) as session:
+        first = session.run(inputs)
+        inputs["x"][:, 3] = -7.0
+        second = session.run(inputs)
+        assert all(np.shares_memory(first.outputs[k], second.outputs[k]) for k in first.outputs)
+        assert _equal(second.outputs, execute(c.plan, [device], inputs).outputs)
+    assert not session._host  # close lets go of them
