@@ -390,10 +390,14 @@ F32 = DType.F32
 
 
 def _elementwise(n: int, op: str) -> Kernel:
-    (g,) = (Var("g0", n),)
+    """``op`` of two inputs, or of one for a transcendental op or ``twice`` (``a + a``: an op probe's baseline, the
+    same loads and stores as the probe); an unread input would count in the roofline's bytes and working set."""
+    g = Var("g0", n)
     a, b = Load(0, var(g), n, F32), Load(1, var(g), n, F32)
-    body = Op(op, (a,), F32) if op in TRANSCENDENTAL else Op(op, (a, b), F32)
-    return Kernel((Buffer((n,), F32), Buffer((n,), F32)), (n,), (g,), None, (body,))
+    if op in TRANSCENDENTAL or op == "twice":
+        body = Op(op, (a,), F32) if op in TRANSCENDENTAL else Op("add", (a, a), F32)
+        return Kernel((Buffer((n,), F32),), (n,), (g,), None, (body,))
+    return Kernel((Buffer((n,), F32), Buffer((n,), F32)), (n,), (g,), None, (Op(op, (a, b), F32),))
 
 
 def _row_sum(rows: int, cols: int) -> Kernel:
@@ -412,8 +416,13 @@ def _matmul(n: int) -> Kernel:
 
 def micro_kernels() -> list[Kernel]:
     """The micro-benchmarks: a tiny launch (overhead first), then one kernel per shape class."""
-    return [_elementwise(256, "add"), _elementwise(LARGE, "add"), _elementwise(1 << 22, "exp2"),
+    return [_elementwise(256, "add"), _elementwise(LARGE, "add"), _elementwise(TRANSCENDENTAL_PROBE, "exp2"),
             _row_sum(1024, 4096), _matmul(512)]
+
+
+TRANSCENDENTAL_PROBE = 1 << 21
+"""Elements of the transcendental micro-benchmark: 16 MiB in all, in a last-level cache of 32 MiB or more (a
+working set near the cache's size is neither clearly cached nor streamed; the ``memory`` term guesses there)."""
 
 
 LARGE = 1 << 24
@@ -555,8 +564,9 @@ def cache_bytes(device: Device) -> float:
 
 
 def op_probes() -> list[Kernel]:
-    """The op-cost micro-benchmarks: an add, then one kernel per transcendental op, all of ``OP_PROBE`` elements."""
-    return [_elementwise(OP_PROBE, op) for op in ("add", *OP_PROBES)]
+    """The op-cost micro-benchmarks: ``a + a``, then one kernel per transcendental op, all of ``OP_PROBE`` elements
+    and one input."""
+    return [_elementwise(OP_PROBE, op) for op in ("twice", *OP_PROBES)]
 
 
 OP_PROBE = 1 << 18
@@ -571,7 +581,7 @@ def _op_cost(device: Device, kernel: Kernel, pairs: int) -> float:
     from engine.tuning.measure import Bench
 
     variant = family_variants(kernel, device)[0]
-    op, add = (device.compile(k, variant) for k in (kernel, _elementwise(kernel.numel, "add")))
+    op, add = (device.compile(k, variant) for k in (kernel, _elementwise(kernel.numel, "twice")))
     bench = Bench(device, kernel, arrays=_halves(kernel))
     outs = [device.alloc(b) for b in kernel.output_types]
     try:

@@ -156,6 +156,10 @@ class CEmitter(CStyleEmitter):
         self.native = variant
         # the base emitter's unroll substitutes strided steps and its local size is a work-group; neither applies
         self.variant = replace(variant, unroll=1, local_size=None)
+        # 64-bit index arithmetic: under -fwrapv an int index such as 4096*g0 + g1 may wrap, so gcc cannot prove
+        # consecutive lanes' addresses consecutive and vectorises a row's contiguous loads and stores as gathers
+        # and scatters (a 2-D kernel then runs several times slower than a 1-D one of the same bytes)
+        self.itype = "long"
         self.threads = threads
         red = kernel.reduce
         self.steps = kernel.numel * max(red.size if red is not None else 1, 1)
