@@ -373,9 +373,10 @@ def _footprint(kernel: Kernel) -> int:
     return sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
 
 
-def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant) -> float:
-    """The seconds of a launch the factor does not scale: the launch, waking threads, transcendental ops."""
-    woken = c.parallel if device.workers(kernel, variant) > 1 else 0.0
+def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant, wake: float | None = None) -> float:
+    """The seconds of a launch the factor does not scale: the launch, waking threads (``wake``, default
+    ``parallel``: a median launch's), transcendental ops."""
+    woken = (c.parallel if wake is None else wake) if device.workers(kernel, variant) > 1 else 0.0
     return c.overhead + woken + c.op_seconds(kernel)
 
 
@@ -465,15 +466,16 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                     timed.append((kernel, variant, timing.times))
         finally:
             bench.close()
+    wake = 0.0  # the best launch's wake-up: what the best launches below paid
     with contextlib.suppress(Exception):  # a device that cannot run it wakes no threads at a cost
-        c.parallel = _wake_up(device, c)
+        c.parallel, wake = _wake_up(device, c)
     copies = [(v, times) for k, v, times in timed if k.key == large and len(times) >= 3]
     if copies:  # the best launch of the best variant, less what is not memory
         large_kernel = micro_kernels()[1]
-        best = min(min(times) - _fixed(c, large_kernel, device, v) for v, times in copies)
+        best = min(min(times) - _fixed(c, large_kernel, device, v, wake) for v, times in copies)
         c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
-            _stream(device, c, micro_kernels()[1], copies)
+            _stream(device, c, micro_kernels()[1], copies, wake)
     for kernel, variant, times in timed:
         calibrations.observe(kernel, device, variant, statistics.median(times))
     if device.supports(probes[0]):
@@ -483,11 +485,13 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                 c.ops[op] = _op_cost(device, kernel, FRESH_PAIRS)
 
 
-def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]]) -> None:
+def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]],
+            wake: float = 0.0) -> None:
     """Set ``stream`` from the copy-like kernel ``large`` (out of the cache; ``copies``: the times of
     its variants, each timed at least 3 times: a slow device's single launch pays its first touches) and one whose
     working set is about an eighth of the cache, in the best variant, each at its best launch (a launch that waited for
-    a descheduled thread says nothing of the memory), less the launch and the threads' wake-up.  It is not set
+    a descheduled thread says nothing of the memory), less the launch and the best launch's wake-up (``wake``: a
+    median launch's, ``parallel``, may be a scheduler slice that no best launch waited for).  It is not set
     when the cache is unknown or the cached copy takes less than twice those (a GPU's L2, or a loaded machine's
     stalled threads: they, not the memory, would be what was timed)."""
     from engine.tuning.measure import Bench
@@ -495,7 +499,7 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     if c.cache <= 0:
         return
     best = {v: min(times) for v, times in copies}
-    variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v)) / _work_part(large, device, v))
+    variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v, wake)) / _work_part(large, device, v))
     # two inputs and an output of 4-byte floats, about an eighth of the cache; a power of two (a runtime picks a
     # poor work-group size for a global size with small factors only)
     small = _elementwise(1 << max(int(math.log2(c.cache / 8 / 12)), 8), "add")
@@ -506,7 +510,7 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     finally:
         bench.free(outs)
         bench.close()
-    fixed = {k: _fixed(c, k, device, variant) for k in (large, small)}
+    fixed = {k: _fixed(c, k, device, variant, wake) for k in (large, small)}
     if min(timing.times) < 2 * fixed[small]:  # waking threads, not the memory, would be what was timed
         return
     seconds = {k: max(t - fixed[k], 1e-12) for k, t in ((large, best[variant]), (small, min(timing.times)))}
@@ -514,26 +518,28 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     c.stream = min(max(per[large] / per[small], 1.0), STREAM_LIMIT)
 
 
-def _wake_up(device: Device, c: Calibration) -> float:
-    """``parallel``: of the smallest copy-like kernel that runs on several threads and one 4 times its size, the
-    median launches ``t1`` and ``t4`` are ``overhead + parallel + work`` and ``... + 4 work``, so ``parallel``
-    is ``t1 - overhead - (t4 - t1) / 3`` (at least 0); 0 on a device that wakes none."""
+def _wake_up(device: Device, c: Calibration) -> tuple[float, float]:
+    """(``parallel``, the best launch's wake-up): of the smallest copy-like kernel that runs on several threads and
+    one 4 times its size, the median launches ``t1`` and ``t4`` are ``overhead + parallel + work`` and
+    ``... + 4 work``, so ``parallel`` is ``t1 - overhead - (t4 - t1) / 3`` (at least 0); the same of their best
+    launches is what a best launch paid (on a loaded machine a median launch may wait a scheduler slice for a
+    descheduled thread, the best one not); (0, 0) on a device that wakes none."""
     from engine.tuning.measure import Bench
 
     size = next((1 << n for n in range(8, 21, 2) if device.workers(_elementwise(1 << n, "add")) > 1), None)
     if size is None:
-        return 0.0
-    medians = []
+        return 0.0, 0.0
+    timings = []
     for kernel in (_elementwise(size, "add"), _elementwise(4 * size, "add")):
         bench = Bench(device, kernel, arrays=_halves(kernel))
         outs = [device.alloc(b) for b in kernel.output_types]
         try:
-            medians.append(bench.time(device.compile(kernel), outs, first=0.0, target=0.01, repeats=(5, 10)).median)
+            timings.append(bench.time(device.compile(kernel), outs, first=0.0, target=0.01, repeats=(5, 10)))
         finally:
             bench.free(outs)
             bench.close()
-    t1, t4 = medians
-    return max(t1 - c.overhead - (t4 - t1) / 3, 0.0)
+    (t1, t4), (b1, b4) = ((t.median for t in timings), (min(t.times) for t in timings))
+    return max(t1 - c.overhead - (t4 - t1) / 3, 0.0), max(b1 - c.overhead - (b4 - b1) / 3, 0.0)
 
 
 STREAM_LIMIT = 8.0
