@@ -22,10 +22,12 @@ working set fits in the last-level cache (``cache``) stays there from one trial 
 several times faster per byte than one that streams from memory, so fits are kept as if cached and ``memory``
 scales a kernel by how much of its working set misses.  ``bandwidth``: a plan's launch reads its inputs from
 memory (a program input, an upload, an output of launches ago) even where its trials found them cached, so it
-takes at least their bytes at the rate the device streams from memory.
+takes at least their bytes at the rate the device streams from memory.  On a loaded machine a launch on several
+threads may wait a scheduler slice for a descheduled one: ``parallel`` (from median launches) charges that wait,
+so the micro-benchmarks' work, ``stream`` and ``bandwidth`` come from their best launches, less what those paid.
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
-copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
+copy-like kernel, a transcendental one in the cache, a reduce and a matmul, each in the best predicted variants of its two
 best predicted families; a copy an eighth of the cache's size against the large one, for ``stream``; two small
 copies on several threads, for ``parallel``; then one small kernel per transcendental op), and every measured
 trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
@@ -477,7 +479,12 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
             _stream(device, c, micro_kernels()[1], copies, wake)
     for kernel, variant, times in timed:
-        calibrations.observe(kernel, device, variant, statistics.median(times))
+        seconds = statistics.median(times)
+        if device.workers(kernel, variant) > 1 and len(times) >= 3:
+            # its work from the best launch (less what that launch paid to wake threads), plus a median launch's
+            # wake-up: on a loaded machine the median may be mostly a wait, which ``parallel`` already charges
+            seconds = min(seconds, min(times) - wake + c.parallel)
+        calibrations.observe(kernel, device, variant, seconds)
     if device.supports(probes[0]):
         for op, kernel in zip(OP_PROBES, probes[1:]):
             c.ops[op] = 0.0
@@ -534,7 +541,8 @@ def _wake_up(device: Device, c: Calibration) -> tuple[float, float]:
         bench = Bench(device, kernel, arrays=_halves(kernel))
         outs = [device.alloc(b) for b in kernel.output_types]
         try:
-            timings.append(bench.time(device.compile(kernel), outs, first=0.0, target=0.01, repeats=(5, 10)))
+            # at least 10 launches: a loaded machine's waits come in bursts, and the best one must have waited none
+            timings.append(bench.time(device.compile(kernel), outs, first=0.0, target=0.01, repeats=(10, 20)))
         finally:
             bench.free(outs)
             bench.close()

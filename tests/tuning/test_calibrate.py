@@ -361,6 +361,11 @@ def test_a_wait_of_median_launches_is_the_wake_up_and_not_taken_from_the_best_la
     streamed = CacheDevice.STREAM * _work_part(large, device, Variant())
     assert math.isclose(c.bandwidth, sum(b.nbytes for b in (*large.inputs, *large.output_types)) / streamed,
                         rel_tol=0.05)
+    calibrations = Calibrations(persist=False)
+    for k in (large, row_sum(1 << 16, 64)):  # threads woken: predicted as a median launch, its wait included
+        v = Variant()
+        median = sorted(device.launch(device.compile(k, v), [], []) for _ in range(3))[1]
+        assert device.workers(k, v) > 1 and abs(math.log2(calibrations.predict(k, device, v) / median)) < 0.5
 
 
 def test_every_micro_benchmark_reads_each_input_it_declares():
