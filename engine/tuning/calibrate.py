@@ -161,9 +161,10 @@ class Calibration:
     modelled log ratio squared), whose quotient is ``slope``."""
 
     def memory(self, kernel: Kernel) -> float:
-        """``stream`` raised to the fraction of ``kernel``'s working set that misses the cache: 0 at half the
-        cache or less, 1 at twice or more, log-linear between (trials launch on the same buffers, so a working set
-        that fits stays cached from one launch to the next; the fits are kept as if in the cache)."""
+        """``stream`` raised to the fraction of ``kernel``'s working set that misses the cache: 0 up to the cached
+        copy's working set that ``stream`` was measured on (about an eighth of the cache), 1 at twice the cache or
+        more, log-linear between, between the two sizes measured (trials launch on the same buffers, so a working
+        set that fits stays cached from one launch to the next; the fits are kept as if in the cache)."""
         return self.stream ** self.missed(kernel)
 
     def missed(self, kernel: Kernel) -> float:
@@ -171,7 +172,8 @@ class Calibration:
         ``memory``)."""
         if self.cache <= 0:
             return 1.0
-        return min(max(math.log2(max(_footprint(kernel), 1) / (self.cache / 2)) / 2, 0.0), 1.0)
+        low, high = _cached_copy(self.cache) * 12, 2 * self.cache  # 12: the copy's bytes per element
+        return min(max(math.log2(max(_footprint(kernel), 1) / low) / math.log2(max(high / low, 2)), 0.0), 1.0)
 
     def op_seconds(self, kernel: Kernel) -> float:
         """Seconds ``kernel``'s transcendental ops cost beyond the fitted roofline."""
@@ -507,9 +509,7 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
         return
     best = {v: min(times) for v, times in copies}
     variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v, wake)) / _work_part(large, device, v))
-    # two inputs and an output of 4-byte floats, about an eighth of the cache; a power of two (a runtime picks a
-    # poor work-group size for a global size with small factors only)
-    small = _elementwise(1 << max(int(math.log2(c.cache / 8 / 12)), 8), "add")
+    small = _elementwise(_cached_copy(c.cache), "add")
     bench = Bench(device, small, arrays=_halves(small))
     outs = [device.alloc(b) for b in small.output_types]
     try:
@@ -523,6 +523,13 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     seconds = {k: max(t - fixed[k], 1e-12) for k, t in ((large, best[variant]), (small, min(timing.times)))}
     per = {k: t / _work_part(k, device, variant) for k, t in seconds.items()}
     c.stream = min(max(per[large] / per[small], 1.0), STREAM_LIMIT)
+
+
+def _cached_copy(cache: float) -> int:
+    """Elements of the copy-like kernel that ``stream`` times in the cache: two inputs and an output of 4-byte
+    floats, about an eighth of ``cache``; a power of two (a runtime picks a poor work-group size for a global size
+    with small factors only)."""
+    return 1 << max(int(math.log2(max(cache, 1) / 8 / 12)), 8)
 
 
 def _wake_up(device: Device, c: Calibration) -> tuple[float, float]:
