@@ -389,3 +389,15 @@ def test_without_a_known_cache_there_is_no_cache_term():
     assert cache_bytes(host) > 0 and cache_bytes(NumpyDevice(threads=1)) == 0 and cache_bytes(device) == 0
     c = Calibrations(persist=False).get(device)
     assert c.cache == 0 and c.stream == 1 and c.memory(row_sum(4096, 4096)) == 1
+
+
+def test_the_cache_term_ramps_between_the_working_sets_stream_was_measured_on():
+    """No miss at the cached copy's working set (where ``stream`` was timed in the cache), all of it at twice the
+    cache, log-linear between: half the cache is already partly streamed."""
+    from engine.tuning.calibrate import _cached_copy, _elementwise
+
+    cache = float(1 << 25)
+    c = Calibration(0.0, cache=cache, stream=4.0)
+    assert c.memory(_elementwise(_cached_copy(cache), "add")) == 1.0
+    assert c.memory(row_sum(4096, 4096)) == 4.0  # 64 MiB: twice the cache
+    assert 1.0 < c.memory(row_sum(2048, 2048)) < c.memory(row_sum(2048, 4096)) < 4.0  # 16 and 32 MiB
