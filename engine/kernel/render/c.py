@@ -14,9 +14,9 @@ vector loads and stores are left to the compiler's vectoriser. The function's lo
       #pragma omp parallel for ...          // chunks of the flat range of points, across threads
       for (long c = 0; c < chunks; ++c)
         for (long f = chunk start; f < chunk end;) {   // one row at a time
-          const int g0 = row / ...;                     // the outer variables of the row
+          const long g0 = row / ...;                    // the outer variables of the row (64-bit: see CEmitter)
           #pragma omp simd                              // (no reduce: the points are independent)
-          for (int g1 = lo; g1 < end; ++g1) { reduce loop; outputs; stores }
+          for (long g1 = lo; g1 < end; ++g1) { reduce loop; outputs; stores }
           f += end - lo;
         }
       return 0;
