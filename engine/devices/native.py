@@ -42,6 +42,9 @@ from engine.kernel.render.base import UnsupportedKernelError, check, function_na
 from engine.kernel.render.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
+GENERATION = 2
+"""Of the generated C, in the tuning cache's key: times measured of older code are not reused (2: 64-bit indices,
+where ``int`` ones had rows vectorised as gathers and scatters)."""
 CACHE_LINE = 64
 """Bytes a strided load brings in."""
 LOOP_OPS = 12
@@ -290,8 +293,9 @@ class NativeDevice(HostMemory, Device):
 
     @property
     def driver_version(self) -> str:
-        """Compiler, flags and threads (part of the tuning cache's key)."""
-        return f"{self.compiler.key} | threads {self.threads}"
+        """Compiler, flags, threads and the generated code's ``GENERATION`` (part of the tuning cache's and the
+        calibration's keys)."""
+        return f"{self.compiler.key} | threads {self.threads} | code {GENERATION}"
 
     def unsupported(self, kernel: Kernel) -> str | None:
         if kernel.stages:

@@ -22,10 +22,12 @@ working set fits in the last-level cache (``cache``) stays there from one trial 
 several times faster per byte than one that streams from memory, so fits are kept as if cached and ``memory``
 scales a kernel by how much of its working set misses.  ``bandwidth``: a plan's launch reads its inputs from
 memory (a program input, an upload, an output of launches ago) even where its trials found them cached, so it
-takes at least their bytes at the rate the device streams from memory.
+takes at least their bytes at the rate the device streams from memory.  On a loaded machine a launch on several
+threads may wait a scheduler slice for a descheduled one: ``parallel`` (from median launches) charges that wait,
+so the micro-benchmarks' work, ``stream`` and ``bandwidth`` come from their best launches, less what those paid.
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
-copy-like kernel, a transcendental one, a reduce and a matmul, each in the best predicted variants of its two
+copy-like kernel, a transcendental one in the cache, a reduce and a matmul, each in the best predicted variants of its two
 best predicted families; a copy an eighth of the cache's size against the large one, for ``stream``; two small
 copies on several threads, for ``parallel``; then one small kernel per transcendental op), and every measured
 trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
@@ -159,9 +161,10 @@ class Calibration:
     modelled log ratio squared), whose quotient is ``slope``."""
 
     def memory(self, kernel: Kernel) -> float:
-        """``stream`` raised to the fraction of ``kernel``'s working set that misses the cache: 0 at half the
-        cache or less, 1 at twice or more, log-linear between (trials launch on the same buffers, so a working set
-        that fits stays cached from one launch to the next; the fits are kept as if in the cache)."""
+        """``stream`` raised to the fraction of ``kernel``'s working set that misses the cache: 0 up to the cached
+        copy's working set that ``stream`` was measured on (about an eighth of the cache), 1 at twice the cache or
+        more, log-linear between, between the two sizes measured (trials launch on the same buffers, so a working
+        set that fits stays cached from one launch to the next; the fits are kept as if in the cache)."""
         return self.stream ** self.missed(kernel)
 
     def missed(self, kernel: Kernel) -> float:
@@ -169,7 +172,8 @@ class Calibration:
         ``memory``)."""
         if self.cache <= 0:
             return 1.0
-        return min(max(math.log2(max(_footprint(kernel), 1) / (self.cache / 2)) / 2, 0.0), 1.0)
+        low, high = _cached_copy(self.cache) * 12, 2 * self.cache  # 12: the copy's bytes per element
+        return min(max(math.log2(max(_footprint(kernel), 1) / low) / math.log2(max(high / low, 2)), 0.0), 1.0)
 
     def op_seconds(self, kernel: Kernel) -> float:
         """Seconds ``kernel``'s transcendental ops cost beyond the fitted roofline."""
@@ -373,9 +377,10 @@ def _footprint(kernel: Kernel) -> int:
     return sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
 
 
-def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant) -> float:
-    """The seconds of a launch the factor does not scale: the launch, waking threads, transcendental ops."""
-    woken = c.parallel if device.workers(kernel, variant) > 1 else 0.0
+def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant, wake: float | None = None) -> float:
+    """The seconds of a launch the factor does not scale: the launch, waking threads (``wake``, default
+    ``parallel``: a median launch's), transcendental ops."""
+    woken = (c.parallel if wake is None else wake) if device.workers(kernel, variant) > 1 else 0.0
     return c.overhead + woken + c.op_seconds(kernel)
 
 
@@ -390,10 +395,14 @@ F32 = DType.F32
 
 
 def _elementwise(n: int, op: str) -> Kernel:
-    (g,) = (Var("g0", n),)
+    """``op`` of two inputs, or of one for a transcendental op or ``twice`` (``a + a``: an op probe's baseline, the
+    same loads and stores as the probe); an unread input would count in the roofline's bytes and working set."""
+    g = Var("g0", n)
     a, b = Load(0, var(g), n, F32), Load(1, var(g), n, F32)
-    body = Op(op, (a,), F32) if op in TRANSCENDENTAL else Op(op, (a, b), F32)
-    return Kernel((Buffer((n,), F32), Buffer((n,), F32)), (n,), (g,), None, (body,))
+    if op in TRANSCENDENTAL or op == "twice":
+        body = Op(op, (a,), F32) if op in TRANSCENDENTAL else Op("add", (a, a), F32)
+        return Kernel((Buffer((n,), F32),), (n,), (g,), None, (body,))
+    return Kernel((Buffer((n,), F32), Buffer((n,), F32)), (n,), (g,), None, (Op(op, (a, b), F32),))
 
 
 def _row_sum(rows: int, cols: int) -> Kernel:
@@ -412,8 +421,13 @@ def _matmul(n: int) -> Kernel:
 
 def micro_kernels() -> list[Kernel]:
     """The micro-benchmarks: a tiny launch (overhead first), then one kernel per shape class."""
-    return [_elementwise(256, "add"), _elementwise(LARGE, "add"), _elementwise(1 << 22, "exp2"),
+    return [_elementwise(256, "add"), _elementwise(LARGE, "add"), _elementwise(TRANSCENDENTAL_PROBE, "exp2"),
             _row_sum(1024, 4096), _matmul(512)]
+
+
+TRANSCENDENTAL_PROBE = 1 << 21
+"""Elements of the transcendental micro-benchmark: 16 MiB in all, in a last-level cache of 32 MiB or more (a
+working set near the cache's size is neither clearly cached nor streamed; the ``memory`` term guesses there)."""
 
 
 LARGE = 1 << 24
@@ -456,17 +470,23 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                     timed.append((kernel, variant, timing.times))
         finally:
             bench.close()
+    wake = 0.0  # the best launch's wake-up: what the best launches below paid
     with contextlib.suppress(Exception):  # a device that cannot run it wakes no threads at a cost
-        c.parallel = _wake_up(device, c)
+        c.parallel, wake = _wake_up(device, c)
     copies = [(v, times) for k, v, times in timed if k.key == large and len(times) >= 3]
     if copies:  # the best launch of the best variant, less what is not memory
         large_kernel = micro_kernels()[1]
-        best = min(min(times) - _fixed(c, large_kernel, device, v) for v, times in copies)
+        best = min(min(times) - _fixed(c, large_kernel, device, v, wake) for v, times in copies)
         c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
-            _stream(device, c, micro_kernels()[1], copies)
+            _stream(device, c, micro_kernels()[1], copies, wake)
     for kernel, variant, times in timed:
-        calibrations.observe(kernel, device, variant, statistics.median(times))
+        seconds = statistics.median(times)
+        if device.workers(kernel, variant) > 1 and len(times) >= 3:
+            # its work from the best launch (less what that launch paid to wake threads), plus a median launch's
+            # wake-up: on a loaded machine the median may be mostly a wait, which ``parallel`` already charges
+            seconds = min(seconds, min(times) - wake + c.parallel)
+        calibrations.observe(kernel, device, variant, seconds)
     if device.supports(probes[0]):
         for op, kernel in zip(OP_PROBES, probes[1:]):
             c.ops[op] = 0.0
@@ -474,11 +494,13 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                 c.ops[op] = _op_cost(device, kernel, FRESH_PAIRS)
 
 
-def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]]) -> None:
+def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]],
+            wake: float = 0.0) -> None:
     """Set ``stream`` from the copy-like kernel ``large`` (out of the cache; ``copies``: the times of
     its variants, each timed at least 3 times: a slow device's single launch pays its first touches) and one whose
     working set is about an eighth of the cache, in the best variant, each at its best launch (a launch that waited for
-    a descheduled thread says nothing of the memory), less the launch and the threads' wake-up.  It is not set
+    a descheduled thread says nothing of the memory), less the launch and the best launch's wake-up (``wake``: a
+    median launch's, ``parallel``, may be a scheduler slice that no best launch waited for).  It is not set
     when the cache is unknown or the cached copy takes less than twice those (a GPU's L2, or a loaded machine's
     stalled threads: they, not the memory, would be what was timed)."""
     from engine.tuning.measure import Bench
@@ -486,10 +508,8 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     if c.cache <= 0:
         return
     best = {v: min(times) for v, times in copies}
-    variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v)) / _work_part(large, device, v))
-    # two inputs and an output of 4-byte floats, about an eighth of the cache; a power of two (a runtime picks a
-    # poor work-group size for a global size with small factors only)
-    small = _elementwise(1 << max(int(math.log2(c.cache / 8 / 12)), 8), "add")
+    variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v, wake)) / _work_part(large, device, v))
+    small = _elementwise(_cached_copy(c.cache), "add")
     bench = Bench(device, small, arrays=_halves(small))
     outs = [device.alloc(b) for b in small.output_types]
     try:
@@ -497,7 +517,7 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     finally:
         bench.free(outs)
         bench.close()
-    fixed = {k: _fixed(c, k, device, variant) for k in (large, small)}
+    fixed = {k: _fixed(c, k, device, variant, wake) for k in (large, small)}
     if min(timing.times) < 2 * fixed[small]:  # waking threads, not the memory, would be what was timed
         return
     seconds = {k: max(t - fixed[k], 1e-12) for k, t in ((large, best[variant]), (small, min(timing.times)))}
@@ -505,26 +525,36 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     c.stream = min(max(per[large] / per[small], 1.0), STREAM_LIMIT)
 
 
-def _wake_up(device: Device, c: Calibration) -> float:
-    """``parallel``: of the smallest copy-like kernel that runs on several threads and one 4 times its size, the
-    median launches ``t1`` and ``t4`` are ``overhead + parallel + work`` and ``... + 4 work``, so ``parallel``
-    is ``t1 - overhead - (t4 - t1) / 3`` (at least 0); 0 on a device that wakes none."""
+def _cached_copy(cache: float) -> int:
+    """Elements of the copy-like kernel that ``stream`` times in the cache: two inputs and an output of 4-byte
+    floats, about an eighth of ``cache``; a power of two (a runtime picks a poor work-group size for a global size
+    with small factors only)."""
+    return 1 << max(int(math.log2(max(cache, 1) / 8 / 12)), 8)
+
+
+def _wake_up(device: Device, c: Calibration) -> tuple[float, float]:
+    """(``parallel``, the best launch's wake-up): of the smallest copy-like kernel that runs on several threads and
+    one 4 times its size, the median launches ``t1`` and ``t4`` are ``overhead + parallel + work`` and
+    ``... + 4 work``, so ``parallel`` is ``t1 - overhead - (t4 - t1) / 3`` (at least 0); the same of their best
+    launches is what a best launch paid (on a loaded machine a median launch may wait a scheduler slice for a
+    descheduled thread, the best one not); (0, 0) on a device that wakes none."""
     from engine.tuning.measure import Bench
 
     size = next((1 << n for n in range(8, 21, 2) if device.workers(_elementwise(1 << n, "add")) > 1), None)
     if size is None:
-        return 0.0
-    medians = []
+        return 0.0, 0.0
+    timings = []
     for kernel in (_elementwise(size, "add"), _elementwise(4 * size, "add")):
         bench = Bench(device, kernel, arrays=_halves(kernel))
         outs = [device.alloc(b) for b in kernel.output_types]
         try:
-            medians.append(bench.time(device.compile(kernel), outs, first=0.0, target=0.01, repeats=(5, 10)).median)
+            # at least 10 launches: a loaded machine's waits come in bursts, and the best one must have waited none
+            timings.append(bench.time(device.compile(kernel), outs, first=0.0, target=0.01, repeats=(10, 20)))
         finally:
             bench.free(outs)
             bench.close()
-    t1, t4 = medians
-    return max(t1 - c.overhead - (t4 - t1) / 3, 0.0)
+    (t1, t4), (b1, b4) = ((t.median for t in timings), (min(t.times) for t in timings))
+    return max(t1 - c.overhead - (t4 - t1) / 3, 0.0), max(b1 - c.overhead - (b4 - b1) / 3, 0.0)
 
 
 STREAM_LIMIT = 8.0
@@ -555,8 +585,9 @@ def cache_bytes(device: Device) -> float:
 
 
 def op_probes() -> list[Kernel]:
-    """The op-cost micro-benchmarks: an add, then one kernel per transcendental op, all of ``OP_PROBE`` elements."""
-    return [_elementwise(OP_PROBE, op) for op in ("add", *OP_PROBES)]
+    """The op-cost micro-benchmarks: ``a + a``, then one kernel per transcendental op, all of ``OP_PROBE`` elements
+    and one input."""
+    return [_elementwise(OP_PROBE, op) for op in ("twice", *OP_PROBES)]
 
 
 OP_PROBE = 1 << 18
@@ -571,7 +602,7 @@ def _op_cost(device: Device, kernel: Kernel, pairs: int) -> float:
     from engine.tuning.measure import Bench
 
     variant = family_variants(kernel, device)[0]
-    op, add = (device.compile(k, variant) for k in (kernel, _elementwise(kernel.numel, "add")))
+    op, add = (device.compile(k, variant) for k in (kernel, _elementwise(kernel.numel, "twice")))
     bench = Bench(device, kernel, arrays=_halves(kernel))
     outs = [device.alloc(b) for b in kernel.output_types]
     try:

@@ -225,6 +225,18 @@ def test_explorer_source(device):
     assert "int k_" in generate(k) and "reduction(+:acc0)" in generate(k, Variant(unroll=4))
 
 
+def test_index_arithmetic_is_64_bit():
+    """Under ``-fwrapv`` an ``int`` index such as ``4096*g0 + g1`` may wrap, so gcc vectorised a row's contiguous
+    loads and stores as gathers and scatters; every index variable is a ``long``."""
+    rows, cols = Var("g0", 64), Var("g1", 4096)
+    at = add(scale(var(rows), 4096), var(cols))
+    k = Kernel((Buffer((64, 4096), F32),), (64, 4096), (rows, cols), None,
+               (Op("exp2", (Load(0, at, 64 * 4096, F32),), F32),))
+    for v in (DEFAULT_VARIANT, Variant(upcast=4), Variant(local_size=16)):
+        text = source([(k, v)], 2, False, True)
+        assert "const long g0" in text and "for (long g1" in text and "int g" not in text
+
+
 def test_unsupported_and_invalid(device):
     (g,) = (Var("g0", 4),)
     k = Kernel((Buffer((4,), I32),), (4,), (g,), None, (Op("sin", (Load(0, var(g), 4, I32),), I32),))

@@ -11,7 +11,7 @@ import pytest
 from engine.devices import NumpyDevice
 from engine.fileio import CacheWarning
 from engine.kernel.cost import op_counts
-from engine.kernel.ir import Kernel, Op, Reduce
+from engine.kernel.ir import Kernel, Load, Op, Reduce, schedule
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
 from engine.tuning.calibrate import (
@@ -23,6 +23,7 @@ from engine.tuning.calibrate import (
     family,
     family_variants,
     micro_kernels,
+    op_probes,
     shape,
 )
 from tests.test_autotune import matmul, row_sum
@@ -330,6 +331,50 @@ def test_calibration_measures_the_thread_wake_up_the_cache_and_the_streaming_rat
         assert abs(math.log2(calibrations.predict(k, device, v) / device.launch(device.compile(k, v), [], []))) < 0.5
 
 
+class WaitingDevice(CacheDevice):
+    """A CacheDevice on a loaded machine: two of every three launches on several threads wait WAIT more (a
+    descheduled thread), longer than the large copy's work; the best launches never wait."""
+
+    WAKE, WAIT = 1e-5, 2e-2
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.launches = 0
+
+    def estimate(self, kernel):  # ten times faster than CacheDevice: the large copy's work is under WAIT
+        return self.launch_overhead + 1e-11 * sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
+
+    def launch(self, compiled, inputs, outputs):
+        seconds = super().launch(compiled, inputs, outputs)
+        if self.workers(compiled.kernel, compiled.variant) > 1:
+            self.launches += 1
+            seconds += self.WAIT * (self.launches % 3 != 0)
+        return seconds
+
+
+def test_a_wait_of_median_launches_is_the_wake_up_and_not_taken_from_the_best_launches_memory_terms():
+    device = WaitingDevice()
+    c = Calibrations(persist=False).get(device)
+    assert math.isclose(c.parallel, WaitingDevice.WAKE + WaitingDevice.WAIT, rel_tol=0.05)  # what a trial pays
+    assert math.isclose(c.stream, CacheDevice.STREAM, rel_tol=0.1)
+    large = micro_kernels()[1]
+    streamed = CacheDevice.STREAM * _work_part(large, device, Variant())
+    assert math.isclose(c.bandwidth, sum(b.nbytes for b in (*large.inputs, *large.output_types)) / streamed,
+                        rel_tol=0.05)
+    calibrations = Calibrations(persist=False)
+    for k in (large, row_sum(1 << 16, 64)):  # threads woken: predicted as a median launch, its wait included
+        v = Variant()
+        median = sorted(device.launch(device.compile(k, v), [], []) for _ in range(3))[1]
+        assert device.workers(k, v) > 1 and abs(math.log2(calibrations.predict(k, device, v) / median)) < 0.5
+
+
+def test_every_micro_benchmark_reads_each_input_it_declares():
+    """An unread input would count in the roofline's bytes and the working set the cache term reads."""
+    for k in (*micro_kernels(), *op_probes()):
+        read = {e.input for e in schedule(k.exprs()) if isinstance(e, Load)}
+        assert read == set(range(len(k.inputs))), k
+
+
 class ElsewhereDevice(FamilyDevice):
     """A device in a pool of its own that does not say what its cache is."""
 
@@ -344,3 +389,15 @@ def test_without_a_known_cache_there_is_no_cache_term():
     assert cache_bytes(host) > 0 and cache_bytes(NumpyDevice(threads=1)) == 0 and cache_bytes(device) == 0
     c = Calibrations(persist=False).get(device)
     assert c.cache == 0 and c.stream == 1 and c.memory(row_sum(4096, 4096)) == 1
+
+
+def test_the_cache_term_ramps_between_the_working_sets_stream_was_measured_on():
+    """No miss at the cached copy's working set (where ``stream`` was timed in the cache), all of it at twice the
+    cache, log-linear between: half the cache is already partly streamed."""
+    from engine.tuning.calibrate import _cached_copy, _elementwise
+
+    cache = float(1 << 25)
+    c = Calibration(0.0, cache=cache, stream=4.0)
+    assert c.memory(_elementwise(_cached_copy(cache), "add")) == 1.0
+    assert c.memory(row_sum(4096, 4096)) == 4.0  # 64 MiB: twice the cache
+    assert 1.0 < c.memory(row_sum(2048, 2048)) < c.memory(row_sum(2048, 4096)) < 4.0  # 16 and 32 MiB

@@ -14,9 +14,9 @@ vector loads and stores are left to the compiler's vectoriser. The function's lo
       #pragma omp parallel for ...          // chunks of the flat range of points, across threads
       for (long c = 0; c < chunks; ++c)
         for (long f = chunk start; f < chunk end;) {   // one row at a time
-          const int g0 = row / ...;                     // the outer variables of the row
+          const long g0 = row / ...;                    // the outer variables of the row (64-bit: see CEmitter)
           #pragma omp simd                              // (no reduce: the points are independent)
-          for (int g1 = lo; g1 < end; ++g1) { reduce loop; outputs; stores }
+          for (long g1 = lo; g1 < end; ++g1) { reduce loop; outputs; stores }
           f += end - lo;
         }
       return 0;
@@ -156,6 +156,10 @@ class CEmitter(CStyleEmitter):
         self.native = variant
         # the base emitter's unroll substitutes strided steps and its local size is a work-group; neither applies
         self.variant = replace(variant, unroll=1, local_size=None)
+        # 64-bit index arithmetic: under -fwrapv an int index such as 4096*g0 + g1 may wrap, so gcc cannot prove
+        # consecutive lanes' addresses consecutive and vectorises a row's contiguous loads and stores as gathers
+        # and scatters (a 2-D kernel then runs several times slower than a 1-D one of the same bytes)
+        self.itype = "long"
         self.threads = threads
         red = kernel.reduce
         self.steps = kernel.numel * max(red.size if red is not None else 1, 1)
