@@ -5,9 +5,11 @@ compiles three plans, tuned without the disk cache: ``host`` (numpy and BLAS
 devices), ``native`` (those plus the native C device, when a C compiler works)
 and ``all`` (those plus every OpenCL device found, e.g. PoCL; extraction
 chooses), verifies each against the reference once, then times
-``engine.plan.execute`` (transfers included, compile and tuning excluded),
-best of ``--repeats`` after a warm-up, next to numpy eager (the reference
-interpreter: one numpy call per primitive op, matmuls through einsum/BLAS).
+``engine.plan.execute`` (transfers included, compile and tuning excluded)
+next to numpy eager (the reference interpreter: one numpy call per primitive
+op, matmuls through einsum/BLAS): best of ``--repeats`` after a warm-up, eager
+and every plan taking turns (``race``), so that a shared machine's drifting
+load falls on all of them alike.
 The bandwidth column counts each input read once and each output written once,
 as a fraction of a numpy copy measured in the same run.  ``in place``: the same
 plans run by a ``Session`` with the inputs put once and the output buffers kept
@@ -38,10 +40,11 @@ dependency: run this script from an environment that has it.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -70,6 +73,21 @@ def best_of(fn: Callable[[], object], repeats: int, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return min(times)
+
+
+def race(fns: Mapping[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Best wall-clock seconds of each function, after a warm-up call each, the functions taking turns
+    ``repeats`` times: a shared machine's load drifts by more than the differences measured, and taking turns
+    lets every function see the same drift."""
+    for fn in fns.values():
+        fn()
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(repeats):
+        for key, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            best[key] = min(best[key], time.perf_counter() - start)
+    return best
 
 
 def io_bytes(program: Program) -> int:
@@ -133,6 +151,10 @@ class Measured:
     put: float | None = None
     """The same given the read-only arrays ``Session.put`` returned (no comparison); on the CPU also with the
     outputs' buffers kept between runs."""
+    runs: dict[str, Callable[[], object]] = field(default_factory=dict)
+    """CPU: the plan run fresh (``execute``) and in place (its session), for ``race`` to time beside the peers;
+    ``seconds``, ``end_to_end`` and ``put`` are filled in from its result."""
+    close: Callable[[], None] = lambda: None
 
 
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
@@ -169,14 +191,14 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
         if any(not np.array_equal(fresh[k], same[k]) for k in fresh):
             raise SystemExit(f"{program.name}: a session's outputs differ from a fresh execution's")
     else:
-        seconds = end_to_end = best_of(lambda: execute(plan, devices, inputs), repeats)
-        with Session(plan, devices, reuse_outputs=True) as session:  # as TinyJit runs: in place, into kept buffers
-            frozen = {k: session.put(k, inputs[k]) for k in session.inputs}
-            put = best_of(lambda: session.run(frozen), repeats)
-            same = session.run(frozen).outputs
+        seconds = end_to_end = math.nan
+        session = Session(plan, devices, reuse_outputs=True)  # as TinyJit runs: in place, into kept buffers
+        frozen = {k: session.put(k, inputs[k]) for k in session.inputs}
+        same = {k: v.copy() for k, v in session.run(frozen).outputs.items()}
         fresh = execute(plan, devices, inputs).outputs
         if any(not np.array_equal(fresh[k], same[k], equal_nan=True) for k in fresh):
             raise SystemExit(f"{program.name}: a session's outputs differ from a fresh execution's")
+        runs = {"fresh": lambda: execute(plan, devices, inputs), "put": lambda: session.run(frozen)}
     for s in plan.launches():
         r = next((r for r in tuned.values() if r.kernel == s.kernel.key and r.device == s.device), None)
         shape = "x".join(map(str, s.kernel.shape)) or "()"
@@ -189,7 +211,8 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
     moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
                 for s in plan.launches())
-    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put)
+    return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put,
+                    runs, session.close if session is not None else lambda: None)
 
 
 # -- peers --------------------------------------------------------------------------
@@ -311,10 +334,17 @@ def cpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         program = load(sample_graphs.path(name))
         graph = program.lower()
         inputs = program.input_values()
-        eager = best_of(lambda g=graph, i=inputs: evaluate(g, i), args.repeats)
         a = measure_plan(program, host, inputs, budget, args.repeats, kernels_only=False)
         n = measure_plan(program, native, inputs, budget, args.repeats, kernels_only=False)
         b = measure_plan(program, every, inputs, budget, args.repeats, kernels_only=False)
+        plans = {"host": a, "native": n, "all": b}
+        best_times = race({"eager": lambda g=graph, i=inputs: evaluate(g, i)} | {
+            f"{label} {how}": fn for label, m in plans.items() for how, fn in m.runs.items()}, args.repeats)
+        eager = best_times["eager"]
+        for label, m in plans.items():
+            m.seconds = m.end_to_end = best_times[f"{label} fresh"]
+            m.put = best_times[f"{label} put"]
+            m.close()
         best = min(a.seconds, n.seconds, b.seconds)
         bw = io_bytes(program) / best
         row = [name, ms(eager), ms(a.seconds) + a.note, ratio(eager, a.seconds),

@@ -61,15 +61,16 @@ _ALL = slice(None)
 
 
 class Workspace:
-    """One thread's buffers for a plan on given inputs and outputs, and each stage's node steps.
+    """One thread's buffers for a plan and each stage's node steps; ``bind`` gives it the inputs and outputs of
+    one launch.
 
-    Values are held in a list by node number; constants are filled in once.
+    Values are held in a list by node number; constants are filled in once.  A workspace outlives its launch
+    (``acquire``/``release`` keep idle ones on the plan): building the steps and mapping the buffers' pages
+    cost more than a small epilogue's arithmetic.
     """
 
-    def __init__(self, p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray] = ()) -> None:
+    def __init__(self, p: Plan, flats: Sequence[np.ndarray] = (), outputs: Sequence[np.ndarray] = ()) -> None:
         self.plan = p
-        self.flats = flats
-        self.outputs = outputs
         self.buffers = [np.empty(n, dt) for dt, n in p.slot_types]
         red = p.kernel.reduce
         nodes = [*p.body, *p.outputs, *([Acc(red.dtype)] if red else [])]
@@ -77,11 +78,45 @@ class Workspace:
         self.template: list[Value | None] = [None] * len(self.index)
         self.recipes: dict[tuple[int, ...], Recipe] = {}
         self._whole = p.whole()
+        self._views: dict[int, Load] = {}
+        """Affine loads by node number: their whole-buffer views are made by ``bind``."""
+        self._full: dict[int, np.ndarray] = {}
         for e, i in self.index.items():
             if isinstance(e, Const):
                 self.template[i] = round_to(e.value.array(), e.dtype)
         self.body = [self._step(e) for e in p.body if not isinstance(e, Const)]
         self.store = [self._step(e) for e in p.outputs if not isinstance(e, (Const, Acc))]
+        self.bind(flats, outputs)
+
+    def bind(self, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray] = ()) -> Workspace:
+        """Read ``flats`` (the flat inputs, then the padded copies) and write ``outputs`` from now on."""
+        self.flats = flats
+        self.outputs = outputs
+        if not flats:
+            return self
+        p = self.plan
+        for k, e in self._views.items():
+            if e.clamped:
+                j = next(j for j, (i, _, _) in enumerate(p.pads) if i == e.input)
+                self._full[k] = self._whole.view(flats[len(p.kernel.inputs) + j], add(e.index, lit(p.pads[j][1])))
+            else:
+                self._full[k] = self._whole.view(flats[e.input], e.index)
+        return self
+
+    @staticmethod
+    def acquire(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray] = ()) -> Workspace:
+        """An idle workspace of ``p`` (a new one when none is), bound to ``flats`` and ``outputs``."""
+        try:
+            ws = p.idle.pop()
+        except IndexError:
+            return Workspace(p, flats, outputs)
+        return ws.bind(flats, outputs)
+
+    def release(self) -> None:
+        """Keep this workspace on its plan for a later launch (unbound: it holds no launch's arrays)."""
+        self.bind((), ())
+        self._full.clear()
+        self.plan.idle.append(self)
 
     def _step(self, e: Expr) -> Step:
         p, k = self.plan, self.index[e]
@@ -90,11 +125,8 @@ class Workspace:
             assert isinstance(e, (Op, Where))
             return self._ufunc_step(k, e, fn)
         if isinstance(e, Load) and e.index.is_affine:
-            if e.clamped:
-                j = next(j for j, (i, _, _) in enumerate(p.pads) if i == e.input)
-                full = self._whole.view(self.flats[len(p.kernel.inputs) + j], add(e.index, lit(p.pads[j][1])))
-            else:
-                full = self._whole.view(self.flats[e.input], e.index)
+            self._views[k] = e
+            full = self._full
             span = p.spans[e]
             ndim = p.ndim
 
@@ -102,16 +134,14 @@ class Workspace:
                 key = [_ALL] * ndim
                 for a in span:
                     key[a] = sls[a]
-                vals[k] = full[tuple(key)]
+                vals[k] = full[k][tuple(key)]
 
             return view
-        flat = self.flats[e.input] if isinstance(e, Load) else None
         args = [self.index[c] for c in e.children()]
 
         def generic(vals: list, frame: Frame, shape: tuple[int, ...], sls: tuple[slice, ...], wins: list) -> None:
             if isinstance(e, Load):
-                assert flat is not None
-                vals[k] = read(e, flat, frame)
+                vals[k] = read(e, self.flats[e.input], frame)
             elif isinstance(e, Op):
                 node = PrimNode(e.op, (), None, (), e.dtype)
                 vals[k] = round_to(eval_node(node, [vals[j] for j in args]), e.dtype)

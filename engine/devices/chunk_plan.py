@@ -29,6 +29,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,8 +38,16 @@ from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where, schedule
 from engine.kernel.simplify import split_vars
 from engine.program.dtypes import DType
 
+if TYPE_CHECKING:
+    from engine.devices.chunk_eval import Workspace
+
 CHUNK_ELEMENTS = 1 << 16
 """Default bound on the elements of a chunk (256 KiB of float32 per intermediate: L2-resident)."""
+
+EPILOGUE_ELEMENTS = 1 << 18
+"""A contraction epilogue's piece: its values come from the matmul's result in memory either way, so larger
+pieces than ``CHUNK_ELEMENTS`` save the per-piece interpreter calls (tens of microseconds each) and lose little
+locality (1 MiB of float32 still fits a current core's L2)."""
 
 MAX_ELEMENTS = 1 << 22
 """Default bound on a chunk whose big values are only views, and on a contraction's materialised factors."""
@@ -139,6 +148,9 @@ class Plan:
     """Inputs read through zero-padded copies (``_pads``)."""
     dot: tuple[Expr, Expr] | None = None
     """A streamed reduce's ``sum(a * b)`` factors: each block is reduced by a batched ``np.matmul``, unformed."""
+    idle: list[Workspace] = field(default_factory=list, init=False, compare=False, repr=False)
+    """Workspaces of earlier launches, kept for the next (``Workspace.acquire``): at most one per thread that
+    ran this plan at once."""
 
     @property
     def ndim(self) -> int:

@@ -12,14 +12,17 @@ thread order, so results do not depend on timing.
 A contraction runs one global chunk at a time, materialised factors and output
 chunk bounded by ``view_elements``: its matmul (itself multi-threaded) writes
 into the output where the layouts allow, and the epilogue (bias, activation)
-then runs in place, in cache-sized pieces spread over the threads.
+then runs in place, in pieces, on the calling thread alone: after a call, the
+BLAS library's worker threads keep spinning on the other cores for a while, and
+an epilogue spread over those cores ran slower than on one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -36,11 +39,21 @@ from engine.devices.chunk_eval import (
     round_to,
     store_outputs,
 )
-from engine.devices.chunk_plan import CHUNK_ELEMENTS, MAX_ELEMENTS, Block, Plan, chunk_blocks, plan
+from engine.devices.chunk_plan import CHUNK_ELEMENTS, EPILOGUE_ELEMENTS, MAX_ELEMENTS, Block, Plan, chunk_blocks, plan
 from engine.devices.row_plan import RowPlan, plan_rows
 from engine.kernel.ir import Acc, Kernel, Where
 
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def _borrowed(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray] = ()) -> Iterator[Workspace]:
+    """One of ``p``'s workspaces, bound to this launch's arrays for the ``with`` block, then kept for the next."""
+    ws = Workspace.acquire(p, flats, outputs)
+    try:
+        yield ws
+    finally:
+        ws.release()
 
 
 def _spread(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], items: Sequence[T], threads: int,
@@ -54,8 +67,7 @@ def _spread(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray],
     lock = threading.Lock()
 
     def worker() -> None:
-        ws = Workspace(p, flats, outputs)
-        with np.errstate(all="ignore"):
+        with _borrowed(p, flats, outputs) as ws, np.errstate(all="ignore"):
             while True:
                 with lock:
                     item = next(pending, None)
@@ -79,12 +91,12 @@ def _chunk(ws: Workspace, chunk: tuple[Block, ...]) -> None:
     store_outputs(ws, chunk, reduce_chunk(ws, chunk) if ws.plan.kernel.reduce is not None else None)
 
 
-def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], chunk: tuple[Block, ...],
-                    threads: int) -> None:
+def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], chunk: tuple[Block, ...]
+                    ) -> None:
     """A contraction over one global chunk: the matmul (into the output where it can), then the epilogue.
 
-    A contraction's chunk is BLAS-sized: its epilogue runs in cache-sized pieces, on ``threads`` threads; it
-    is skipped when the matmul wrote the output itself.  A single-output epilogue runs in place over the
+    A contraction's chunk is BLAS-sized: its epilogue runs in pieces of ``EPILOGUE_ELEMENTS`` on this thread
+    (see the module docstring); it is skipped when the matmul wrote the output itself.  A single-output epilogue runs in place over the
     matmul's result unless its last node is a ``Where`` writing the output (whose first copy would overwrite
     the reduce values it reads); every other node reads a point's values before its output is written.
     """
@@ -94,8 +106,8 @@ def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.n
     window = None
     if not more and outputs[0].dtype == red.dtype.numpy and not (isinstance(last, Where) and p.slots.get(last) == -1):
         window = output_window(outputs[0], chunk, tuple(n for _, n in chunk) + (1,) * len(red.vars))
-    with np.errstate(all="ignore"):
-        acc = contract(Workspace(p, flats, outputs), chunk, window)
+    with _borrowed(p, flats, outputs) as ws, np.errstate(all="ignore"):
+        acc = contract(ws, chunk, window)
     if last == Acc(red.dtype) and window is not None and np.may_share_memory(acc, window):
         return
 
@@ -103,13 +115,13 @@ def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.n
         where = tuple(slice(s, s + n) for s, n in blocks)
         store_outputs(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, blocks)), acc[where])
 
-    _spread(p, flats, outputs, list(itertools.product(*chunk_blocks([n for _, n in chunk], CHUNK_ELEMENTS))), threads, piece)
+    _spread(p, flats, outputs, list(itertools.product(*chunk_blocks([n for _, n in chunk], EPILOGUE_ELEMENTS))), 1, piece)
 
 
 def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
                  flats: Sequence[np.ndarray]) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return reduce_blocks(Workspace(p, flats), chunk, rblocks)
+    with _borrowed(p, flats) as ws, np.errstate(all="ignore"):
+        return reduce_blocks(ws, chunk, rblocks)
 
 
 def _split(items: Sequence[T], n: int) -> list[Sequence[T]]:
@@ -153,7 +165,7 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
     rblocks = list(itertools.product(*p.reduce_blocks))
     if p.factors is not None:
         for chunk in chunks:
-            _contract_chunk(p, flats, outputs, chunk, threads)
+            _contract_chunk(p, flats, outputs, chunk)
     elif threads > 1 and len(chunks) == 1 and kernel.reduce is not None and kernel.reduce.size and len(rblocks) > 1:
         (chunk,) = chunks
         with ThreadPoolExecutor(threads) as pool:
@@ -162,8 +174,8 @@ def _run(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.ndarray], th
         total = parts[0]
         for part in parts[1:]:
             combine(kernel.reduce.op)(total, part, out=total)
-        with np.errstate(all="ignore"):
-            store_outputs(Workspace(p, flats, outputs), chunk, round_to(total, kernel.reduce.dtype))
+        with _borrowed(p, flats, outputs) as ws, np.errstate(all="ignore"):
+            store_outputs(ws, chunk, round_to(total, kernel.reduce.dtype))
     else:
         _spread(p, flats, outputs, chunks, threads, _chunk)
 

@@ -689,6 +689,41 @@ def test_clamped_affine_loads_read_a_padded_copy(gathers: list[int]) -> None:
     assert gathers == []
 
 
+def test_kept_workspaces_read_each_launchs_own_arrays() -> None:
+    """A plan keeps its workspaces between launches: every launch reads its own inputs (views, padded copies and
+    gathers alike) and writes its own outputs, and no more are kept than ran at once."""
+    g, r = Var("g0", 7), Var("r0", 3)
+    padded = leaf(0, (7,)).pad(((1, 1),))
+    conv = Op("mul", (padded.at([add(var(g), var(r))]), Load(1, var(r), 3, F32)), F32)
+    bias = Load(2, mod(add(var(g), lit(3)), 7), 7, F32)  # a rotation: read through a gather
+    k = Kernel((Buffer((7,), F32), Buffer((3,), F32), Buffer((7,), F32)), (7,), (g,), Reduce("sum", (r,), conv),
+               (Op("add", (Acc(F32), bias), F32),))
+    p = plan(k, 2)
+    for threads in (1, 2, 3):
+        for _ in range(3):
+            x, w, b = data((7,)), data((3,)), data((7,))
+            out = np.empty(7, np.float32)
+            run(p, [x, w, b], [out], threads)
+            xp = np.pad(x, 1)
+            close(out, np.array([xp[j:j + 3] @ w for j in range(7)], np.float32) + np.roll(b, -3), F32)
+        assert 1 <= len(p.idle) <= 3
+        assert all(not ws.flats and not ws.outputs for ws in p.idle)  # an idle workspace holds no launch's arrays
+
+
+def test_library_epilogue_in_pieces_matches_numpy() -> None:
+    """A contraction whose epilogue spans several pieces (``EPILOGUE_ELEMENTS``), launched twice on new data."""
+    base = matmul("NN", 700, 400, 3)  # 280,000 outputs: two pieces
+    bias = Load(2, var(base.vars[1]), 400, F32)
+    out = Op("relu", (Op("add", (Acc(F32), bias), F32),), F32)
+    k = Kernel((*base.inputs, Buffer((400,), F32)), base.shape, base.vars, base.reduce, (out,))
+    device = LibraryDevice()
+    for _ in range(2):
+        xs, mm = operands(base, "NN")
+        b = data((400,))
+        (got,) = launch(device, k, [*xs, b])
+        close(got, np.maximum(mm + b, 0).astype(np.float32), F32)
+
+
 @pytest.mark.parametrize("dtype", [DType.F16, DType.F32, DType.F64], ids=str)
 def test_contraction_of_computed_factors(dtype: DType) -> None:
     """``sum_r relu(a[g0, r] + c[r]) * b[r, g1]``: the factor is computed over (g0, r) only, then matmul'd."""
