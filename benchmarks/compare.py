@@ -175,6 +175,8 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     tuned = {kn.candidate: r for kn, r in c.tuning.items()}
     details = []
     resident = put = None
+    runs: dict[str, Callable[[], object]] = {}
+    session = None
     if kernels_only:
         times = []
         for _ in range(repeats + 1):
