@@ -154,7 +154,8 @@ class Measured:
     runs: dict[str, Callable[[], object]] = field(default_factory=dict)
     """CPU: the plan run fresh (``execute``) and in place (its session), for ``race`` to time beside the peers;
     ``seconds``, ``end_to_end`` and ``put`` are filled in from its result."""
-    close: Callable[[], None] = lambda: None
+    session: Session | None = None
+    """CPU: the session ``runs["put"]`` uses, left open for ``race``; the caller closes it."""
 
 
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
@@ -176,7 +177,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     details = []
     resident = put = None
     runs: dict[str, Callable[[], object]] = {}
-    session = None
+    kept: Session | None = None
     if kernels_only:
         times = []
         for _ in range(repeats + 1):
@@ -201,6 +202,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
         if any(not np.array_equal(fresh[k], same[k], equal_nan=True) for k in fresh):
             raise SystemExit(f"{program.name}: a session's outputs differ from a fresh execution's")
         runs = {"fresh": lambda: execute(plan, devices, inputs), "put": lambda: session.run(frozen)}
+        kept = session
     for s in plan.launches():
         r = next((r for r in tuned.values() if r.kernel == s.kernel.key and r.device == s.device), None)
         shape = "x".join(map(str, s.kernel.shape)) or "()"
@@ -214,7 +216,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
                 for s in plan.launches())
     return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put,
-                    runs, session.close if session is not None else lambda: None)
+                    runs, kept)
 
 
 # -- peers --------------------------------------------------------------------------
@@ -346,7 +348,8 @@ def cpu_mode(args: argparse.Namespace, budget: Budget) -> None:
         for label, m in plans.items():
             m.seconds = m.end_to_end = best_times[f"{label} fresh"]
             m.put = best_times[f"{label} put"]
-            m.close()
+            assert m.session is not None
+            m.session.close()
         best = min(a.seconds, n.seconds, b.seconds)
         bw = io_bytes(program) / best
         row = [name, ms(eager), ms(a.seconds) + a.note, ratio(eager, a.seconds),

@@ -92,6 +92,7 @@ class Workspace:
         """Read ``flats`` (the flat inputs, then the padded copies) and write ``outputs`` from now on."""
         self.flats = flats
         self.outputs = outputs
+        self._full.clear()
         if not flats:
             return self
         p = self.plan
@@ -115,7 +116,6 @@ class Workspace:
     def release(self) -> None:
         """Keep this workspace on its plan for a later launch (unbound: it holds no launch's arrays)."""
         self.bind((), ())
-        self._full.clear()
         self.plan.idle.append(self)
 
     def _step(self, e: Expr) -> Step:

@@ -95,10 +95,11 @@ def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.n
                     ) -> None:
     """A contraction over one global chunk: the matmul (into the output where it can), then the epilogue.
 
-    A contraction's chunk is BLAS-sized: its epilogue runs in pieces of ``EPILOGUE_ELEMENTS`` on this thread
-    (see the module docstring); it is skipped when the matmul wrote the output itself.  A single-output epilogue runs in place over the
-    matmul's result unless its last node is a ``Where`` writing the output (whose first copy would overwrite
-    the reduce values it reads); every other node reads a point's values before its output is written.
+    A contraction's chunk is BLAS-sized: its epilogue runs in pieces of ``EPILOGUE_ELEMENTS`` on this thread,
+    in the workspace of the matmul (see the module docstring); it is skipped when the matmul wrote the output
+    itself.  A single-output epilogue runs in place over the matmul's result unless its last node is a
+    ``Where`` writing the output (whose first copy would overwrite the reduce values it reads); every other
+    node reads a point's values before its output is written.
     """
     red = p.kernel.reduce
     assert red is not None
@@ -108,14 +109,11 @@ def _contract_chunk(p: Plan, flats: Sequence[np.ndarray], outputs: Sequence[np.n
         window = output_window(outputs[0], chunk, tuple(n for _, n in chunk) + (1,) * len(red.vars))
     with _borrowed(p, flats, outputs) as ws, np.errstate(all="ignore"):
         acc = contract(ws, chunk, window)
-    if last == Acc(red.dtype) and window is not None and np.may_share_memory(acc, window):
-        return
-
-    def piece(ws: Workspace, blocks: tuple[Block, ...]) -> None:
-        where = tuple(slice(s, s + n) for s, n in blocks)
-        store_outputs(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, blocks)), acc[where])
-
-    _spread(p, flats, outputs, list(itertools.product(*chunk_blocks([n for _, n in chunk], EPILOGUE_ELEMENTS))), 1, piece)
+        if last == Acc(red.dtype) and window is not None and np.may_share_memory(acc, window):
+            return
+        for blocks in itertools.product(*chunk_blocks([n for _, n in chunk], EPILOGUE_ELEMENTS)):
+            where = tuple(slice(s, s + n) for s, n in blocks)
+            store_outputs(ws, tuple((s0 + s, n) for (s0, _), (s, n) in zip(chunk, blocks)), acc[where])
 
 
 def _reduce_part(p: Plan, chunk: tuple[Block, ...], rblocks: Sequence[tuple[Block, ...]],
