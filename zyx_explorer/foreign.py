@@ -20,6 +20,7 @@ from typing import BinaryIO, ClassVar
 
 from rich.text import Text
 from textual import on, work
+from textual.actions import SkipAction
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -84,6 +85,7 @@ class ForeignApp(App):
         Binding("s", "sort", "Sort", id="sort"),
         Binding("backspace", "back", "Back", id="back"),
         Binding("escape", "close_filter", "Close filter", show=False, id="close-filter"),
+        Binding("enter", "keep_filter", "Keep filter", show=False, priority=True, id="keep-filter"),
     ]
 
     def __init__(self, egraph: ForeignEGraph, source: Path, ilp_time_limit: float = 10.0) -> None:
@@ -245,7 +247,7 @@ class ForeignApp(App):
         box = self.query_one("#foreign-filter", Input)
         box.value = self.query_one("#foreign-classes", LineTable).query_text
         box.display = True
-        box.focus()
+        self.set_focus(box)  # at once: Widget.focus defers, and keys typed meanwhile would go to the table
 
     def action_close_filter(self) -> None:
         box = self.query_one("#foreign-filter", Input)
@@ -253,17 +255,19 @@ class ForeignApp(App):
             box.value = ""
             self._hide_filter()
 
+    def action_keep_filter(self) -> None:
+        """Enter in the box (a priority key, like the main screen's: the next key must not reach the hidden box)."""
+        if not self.query_one("#foreign-filter", Input).has_focus:
+            raise SkipAction()
+        self._hide_filter()
+
     def _hide_filter(self) -> None:
         self.query_one("#foreign-filter", Input).display = False
-        self.query_one("#foreign-classes", LineTable).focus()
+        self.set_focus(self.query_one("#foreign-classes", LineTable))  # at once, like the main screen's filter
 
     @on(Input.Changed, "#foreign-filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.query_one("#foreign-classes", LineTable).set_filter(event.value)
-
-    @on(Input.Submitted, "#foreign-filter")
-    def _filter_submitted(self) -> None:
-        self._hide_filter()
 
 
 if __name__ == "__main__":  # the extraction process (ForeignApp.extract)

@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual import events, on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -83,6 +84,10 @@ KEYS: list[Binding] = [
 is its long name.  The ``app.`` ones are the app's (those it also binds work on every screen)."""
 NEXT_WIDGET = Binding("tab", "app.focus_next", "Next widget", show=False, id="next-widget",
                       tooltip="Next widget (costs: the matrix, then the variants)")
+KEEP_FILTER = Binding("enter", "keep_filter", "Keep filter", show=False, priority=True, id="keep-filter",
+                      tooltip="Keep the filter and close its box")
+"""A priority binding, so the box closes before the next key is read: the Input's own enter would post a message,
+and a key typed right after it would still reach the hidden box."""
 
 
 def keys(*ids: str) -> list[Binding]:
@@ -94,7 +99,7 @@ class MainScreen(Screen[None]):
     """Stage bar, seven panes (program, classes + detail, costs, plan, source, rewrites, results), footer."""
 
     AUTO_FOCUS = "#program-table"
-    BINDINGS: ClassVar = [*KEYS, NEXT_WIDGET]
+    BINDINGS: ClassVar = [*KEYS, NEXT_WIDGET, KEEP_FILTER]
 
     def __init__(self, program: Program, prims: PrimGraph, session: model.Session) -> None:
         super().__init__()
@@ -276,10 +281,6 @@ class MainScreen(Screen[None]):
         if table is not None:
             table.set_filter(event.value)
 
-    @on(Input.Submitted)
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        self._hide_filter()
-
     # -- navigation ------------------------------------------------------------------------
 
     def select_class(self, cid: ClassId, tab: bool = False, remember: bool = True) -> None:
@@ -343,7 +344,7 @@ class MainScreen(Screen[None]):
         box = self.query_one(Input)
         box.value = table.query_text
         box.display = True
-        box.focus()
+        self.set_focus(box)  # at once: Widget.focus defers, and keys typed meanwhile would go to the table
 
     def action_close_filter(self) -> None:
         box = self.query_one(Input)
@@ -351,12 +352,17 @@ class MainScreen(Screen[None]):
             box.value = ""
             self._hide_filter()
 
+    def action_keep_filter(self) -> None:
+        if not self.query_one(Input).has_focus:
+            raise SkipAction()
+        self._hide_filter()
+
     def _hide_filter(self) -> None:
         box = self.query_one(Input)
         box.display = False
         table = self._active_table()
         if table is not None:
-            table.focus()
+            self.set_focus(table)  # at once, so a key pressed right after enter is not typed into the hidden box
 
     def action_sort(self) -> None:
         table = self._active_table()
