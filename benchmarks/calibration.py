@@ -40,7 +40,7 @@ import sample_graphs
 from engine import load, units
 from engine.devices import discover
 from engine.pipeline import Compilation, Options, compile_program
-from engine.plan import execute
+from engine.plan import Copy, ExecPlan, Execution, Launch, execute
 from engine.tuning import OK
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.search import _Search
@@ -76,7 +76,7 @@ class Recorder:
         Calibrations.observe = recording  # type: ignore[method-assign]
 
 
-def compile_cold(name: str, devices: list) -> tuple[Compilation, float, list[float]]:
+def compile_cold(name: str, devices: list) -> tuple[Compilation, float, list[Execution]]:
     with tempfile.TemporaryDirectory() as cache:
         os.environ["ZYX_EXPLORE_CACHE"] = cache
         start = time.perf_counter()
@@ -84,8 +84,18 @@ def compile_cold(name: str, devices: list) -> tuple[Compilation, float, list[flo
         wall = time.perf_counter() - start
     assert c.plan is not None
     inputs = dict(c.program.input_values())
-    reruns = [execute(c.plan, devices, inputs).total for _ in range(3)]
+    reruns = [execute(c.plan, devices, inputs) for _ in range(3)]
     return c, wall, reruns
+
+
+def split(plan: ExecPlan, run: Execution) -> str:
+    """Where a plan's total goes: its launches and its copies, each predicted / measured."""
+    sums = {Launch: [0.0, 0.0], Copy: [0.0, 0.0]}
+    for step, seconds in zip(plan.steps, run.step_times, strict=True):
+        if isinstance(step, Launch | Copy):
+            sums[type(step)][0] += step.predicted
+            sums[type(step)][1] += seconds
+    return " | ".join(f"{ms(p)} / {ms(m)}" for p, m in sums.values())
 
 
 def quick_start() -> None:
@@ -139,8 +149,9 @@ def main() -> None:
               f"{ms(cal.parallel)} | {cal.cache / 2**20:.3g} MiB | {cal.stream:.3g}x | {cal.bandwidth / 1e9:.3g} GB/s |",
               flush=True)
     print("\n| sample | wall | tuning / budget | launches timed | plan predicted | measured (run) | measured "
-          "(median of 3 more) | measured / predicted | verified |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "(median of 3 more) | measured / predicted | launches: predicted / measured | copies: predicted / measured "
+          "| verified |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     first: dict[str, list[float]] = {}
     every: dict[str, list[float]] = {}
     ratios = []
@@ -156,12 +167,13 @@ def main() -> None:
             fitted = {d: cal.to_json() for d, cal in c.calibrations.by_device.items()}
             recorded.append((name, fitted, recorder.events))
         assert c.plan is not None and c.execution is not None and c.budget is not None
-        rerun = statistics.median(reruns)
+        middle = sorted(reruns, key=lambda r: r.total)[len(reruns) // 2]
+        rerun = middle.total
         ratios.append(rerun / c.plan.predicted)
         print(f"| {name} | {wall:.1f} s | {c.tune_seconds:.1f} / {c.budget.total:g} s | "
               f"{len(c.plan.launches()) - c.plan.unmeasured} of {len(c.plan.launches())} | {ms(c.plan.predicted)} | "
               f"{ms(c.execution.total)} | {ms(rerun)} | {rerun / c.plan.predicted:.2f} | "
-              f"{c.verification.ok if c.verification else '-'} |", flush=True)
+              f"{split(c.plan, middle)} | {c.verification.ok if c.verification else '-'} |", flush=True)
         for result in c.tuning.values():
             timed = [t for t in result.trials if t.status == OK and t.seconds]
             if timed:
