@@ -412,8 +412,7 @@ def gpu_mode(args: argparse.Namespace, budget: Budget) -> None:
             if way is not None:
                 d.pinned = way  # type: ignore[attr-defined]
             link = measure_link(d)
-            print(f"{d.name} ({d.driver_version}): host<->device copies measured {link.overhead * 1e6:.0f} us + "
-                  f"{link.bandwidth / 1e9:.1f} GB/s (copies {d.copies})")
+            print(f"{d.name} ({d.driver_version}): host<->device copies measured {link.describe()} (copies {d.copies})")
         if pinned is not None:
             d.pinned = pinned  # type: ignore[attr-defined]
     torch = _torch()

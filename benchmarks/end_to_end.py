@@ -128,7 +128,7 @@ def main() -> None:
             if way is not None:
                 d.pinned = way  # type: ignore[attr-defined]
             link = measure(d)
-            print(f"{d.name} copies {d.copies}: {link.overhead * 1e6:.0f} us + {link.bandwidth / 1e9:.2f} GB/s")
+            print(f"{d.name} copies {d.copies}: {link.describe()}")
         if pinned is not None:
             d.pinned = pinned  # type: ignore[attr-defined]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine import units
-from engine.devices.base import Device, Link
+from engine.devices.base import Device, PoolLink
 from engine.egraph import ClassId, EGraph, Limits, Runner, Saturation, default_rules, from_program
 from engine.extract import EXTRACTORS, Delta, Explainer, Extraction, Pin, Why, compare, explainer
 from engine.kernel.attach import Attached, KernelNode, attach
@@ -126,7 +126,7 @@ class Compilation:
     tuning: dict[KernelNode, TuneResult] = field(default_factory=dict)
     """The tuning result of every kernel node that was timed."""
     extractor: str = "dag"
-    links: dict[str, Link] = field(default_factory=dict)
+    links: dict[str, PoolLink] = field(default_factory=dict)
     """Measured host<->pool copy costs by pool (from ``tuned`` on, when tuning); nominal ones where absent."""
     calibrations: Calibrations | None = None
     """The devices' calibrated cost models (from ``tuned`` on); executed steps refit them."""

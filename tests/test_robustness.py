@@ -15,6 +15,7 @@ import pytest
 
 import sample_graphs
 from engine import GraphError, load, loads
+from engine.devices.base import Link
 from engine.errors import FormatError, InitError, ShapeError
 from engine.fileio import STALE_SECONDS, CacheWarning, UnsafeFileError, read_bounded, write_atomic
 from engine.interop import loads_serialized
@@ -275,15 +276,34 @@ def test_a_damaged_tuning_cache_is_reported_and_rebuilt(tmp_path, damage):
         assert tune(matmul(), device, 2, TuneCache(tmp_path)).cache == "hit"
 
 
-@pytest.mark.parametrize("entry", [{"overhead": -1.0, "bandwidth": 1e9}, {"overhead": 0.0, "bandwidth": 0},
-                                   {"overhead": 10**400, "bandwidth": 1e9}, {"overhead": True, "bandwidth": 1e9}])
-def test_invalid_links_are_dropped_and_measured_again(tmp_path, entry):
+GOOD_WAY = {"overhead": 1e-5, "bandwidth": 1e9}
+
+
+@pytest.mark.parametrize("way", [{"overhead": -1.0, "bandwidth": 1e9}, {"overhead": 0.0, "bandwidth": 0},
+                                 {"overhead": 10**400, "bandwidth": 1e9}, {"overhead": True, "bandwidth": 1e9}, None])
+@pytest.mark.parametrize("bad", ["up", "down"])
+def test_invalid_links_are_dropped_and_measured_again(tmp_path, way, bad):
     from engine.devices import NumpyDevice
 
-    (tmp_path / "links.json").write_text(json.dumps({"format": 1, "links": {"numpy|x": entry}}))
+    entry = {"up": GOOD_WAY, "down": GOOD_WAY, bad: way}
+    (tmp_path / "links.json").write_text(json.dumps({"format": 2, "links": {"numpy|x": entry}}))
     with pytest.warns(CacheWarning, match="invalid entries"):
         link = LinkCache(tmp_path).link(NumpyDevice())  # measured again (through the host pool)
-    assert link.overhead >= 0 and 0 < link.bandwidth < float("inf")
+    for one in (link.up, link.down):
+        assert one.overhead >= 0 and 0 < one.bandwidth < float("inf")
+
+
+def test_links_of_the_one_way_layout_are_measured_again_without_a_warning(tmp_path):
+    from engine.devices import NumpyDevice
+    from engine.tuning.cache import driver
+
+    device = NumpyDevice()
+    old = {f"{device.name}|{driver(device)}|{device.copies}": GOOD_WAY}
+    (tmp_path / "links.json").write_text(json.dumps({"format": 1, "links": old}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)
+        link = LinkCache(tmp_path).link(device)
+    assert link.up != Link(1e-5, 1e9) and json.loads((tmp_path / "links.json").read_text())["format"] == 2
 
 
 def test_a_corrupt_native_object_is_rebuilt_not_loaded(tmp_path):

@@ -1,9 +1,10 @@
 """Measured copy costs between the host and each device's memory pool: what a ``to_device`` node costs.
 
-A device with a pool of its own has round trips (upload, then download) timed at a small and a large size,
-the median of a few after a warm-up; the line through the two points gives a fixed cost per copy and a
-bandwidth, half of each round trip counted per direction.  The round trips go through the device's own
-``upload`` and ``download``, so they time the path its copies take (pinned staging or pageable arrays).  The fits
+A device with a pool of its own has uploads and downloads timed apart, at a small and a large size, the median
+of a few after a warm-up round trip; the line through the two points gives each direction a fixed cost per copy
+and a bandwidth.  The copies go through the device's own ``upload`` and ``download``, so they time the path its
+copies take (pinned staging or pageable arrays), and every download is kept until the measurement ends, as a
+plan's outputs outlive its run: each one fills fresh host memory, not the pages the previous one left.  The fits
 are kept per device, driver and copy path (``Device.copies``) in ``links.json`` beside the tuning cache, so a
 machine measures each device once, and again when its copies change path; an unreadable file is reported
 (``CacheWarning``) and measured again.
@@ -21,36 +22,54 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.devices.base import Device, Link
+from engine.devices.base import Device, Link, PoolLink
 from engine.fileio import CacheWarning, UnsafeFileError, read_bounded, set_aside, write_atomic
 from engine.kernel.ir import HOST, Buffer
 from engine.program.dtypes import DType
 from engine.tuning.cache import MAX_FILE_BYTES, default_dir, driver
 
 SIZES = (1 << 12, 1 << 24)
-"""Bytes of the two round trips timed (4 KiB: the fixed cost; 16 MiB: the bandwidth)."""
+"""Bytes of the two sizes timed (4 KiB: the fixed cost; 16 MiB: the bandwidth)."""
 REPEATS = 5
+DIRECTIONS = ("up", "down")
+FORMAT = 2
+"""The layout of ``links.json``: 2 keeps each direction (a file of an older layout is measured again, silently)."""
 
 
-def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> Link:
-    """Time round trips of ``sizes`` bytes through ``device``'s pool and fit a ``Link`` to them."""
-    halves = []
+def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> PoolLink:
+    """Time uploads and downloads of ``sizes`` bytes through ``device``'s pool and fit a ``Link`` to each
+    direction."""
+    ups, downs = [], []
     for nbytes in sizes:
         array = np.arange(nbytes // 4, dtype=np.float32)
         buffer = Buffer(array.shape, DType.F32)
-        times = []
-        for _ in range(repeats + 1):  # the first is a warm-up
+        device.free(device.upload(array))  # warm-up: the path's staging memory and first-use costs
+        up_times = []
+        for _ in range(repeats):
             start = time.perf_counter()
             handle = device.upload(array)
-            back = device.download(handle, buffer)
-            times.append(time.perf_counter() - start)
+            up_times.append(time.perf_counter() - start)
             device.free(handle)
-        if not np.array_equal(back, array):
+        handle = device.upload(array)
+        kept, down_times = [device.download(handle, buffer)], []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            kept.append(device.download(handle, buffer))
+            down_times.append(time.perf_counter() - start)
+        device.free(handle)
+        if not np.array_equal(kept[-1], array):
             raise RuntimeError(f"{device.name}: a round trip of {nbytes} bytes changed the data")
-        halves.append(statistics.median(times[1:]) / 2)
-    (small, t_small), (large, t_large) = (sizes[0], halves[0]), (sizes[-1], halves[-1])
-    per_byte = max((t_large - t_small) / (large - small), 1e-15)
-    return Link(max(t_small - small * per_byte, 0.0), 1 / per_byte)
+        del kept
+        ups.append(statistics.median(up_times))
+        downs.append(statistics.median(down_times))
+    return PoolLink(_fit(sizes, ups), _fit(sizes, downs))
+
+
+def _fit(sizes: Sequence[int], seconds: Sequence[float]) -> Link:
+    """The line through the smallest and the largest size's times (a fixed cost never below 0)."""
+    small, large = sizes[0], sizes[-1]
+    per_byte = max((seconds[-1] - seconds[0]) / (large - small), 1e-15)
+    return Link(max(seconds[0] - small * per_byte, 0.0), 1 / per_byte)
 
 
 class LinkCache:
@@ -58,13 +77,15 @@ class LinkCache:
 
     def __init__(self, directory: Path | str | None = None) -> None:
         self.path = Path(directory if directory is not None else default_dir()) / "links.json"
-        self._links: dict[str, dict[str, float]] | None = None
+        self._links: dict[str, dict[str, dict[str, float]]] | None = None
 
-    def _read(self) -> dict[str, dict[str, float]]:
+    def _read(self) -> dict[str, dict[str, dict[str, float]]]:
         """The valid entries of ``links.json``; an invalid one (a negative overhead would make a copy profitable
         and extraction loop) is dropped with a warning and measured again."""
         try:
             data = json.loads(read_bounded(self.path, MAX_FILE_BYTES).decode("utf-8"))
+            if isinstance(data, dict) and data.get("format") != FORMAT:
+                return {}
             links = data["links"]
             if not isinstance(links, dict):
                 raise ValueError("'links' is not an object")
@@ -84,18 +105,20 @@ class LinkCache:
                           stacklevel=3)
         return valid
 
-    def link(self, device: Device) -> Link:
+    def link(self, device: Device) -> PoolLink:
         """``device``'s measured link, measuring (and storing) it the first time."""
         if self._links is None:
             self._links = self._read()
         key = f"{device.name}|{driver(device)}|{device.copies}"
         entry = self._links.get(key)
         if entry is not None:
-            return Link(float(entry["overhead"]), float(entry["bandwidth"]))
+            up, down = (Link(float(entry[d]["overhead"]), float(entry[d]["bandwidth"])) for d in DIRECTIONS)
+            return PoolLink(up, down)
         link = measure(device)
-        self._links[key] = {"overhead": link.overhead, "bandwidth": link.bandwidth}
+        self._links[key] = {d: {"overhead": one.overhead, "bandwidth": one.bandwidth}
+                            for d, one in zip(DIRECTIONS, (link.up, link.down), strict=True)}
         try:
-            write_atomic(self.path, json.dumps({"format": 1, "links": self._links}, indent=1, sort_keys=True))
+            write_atomic(self.path, json.dumps({"format": FORMAT, "links": self._links}, indent=1, sort_keys=True))
         except OSError as e:
             warnings.warn(CacheWarning(f"transfer cache {self.path} cannot be written ({e}); kept in memory"),
                           stacklevel=2)
@@ -103,6 +126,11 @@ class LinkCache:
 
 
 def _valid(entry: dict) -> bool:
+    """Both directions valid (``_valid_direction``)."""
+    return all(isinstance(entry.get(d), dict) and _valid_direction(entry[d]) for d in DIRECTIONS)
+
+
+def _valid_direction(entry: dict) -> bool:
     """A finite overhead >= 0 and a finite bandwidth > 0 (numbers, not booleans)."""
     values = [entry.get(f) for f in ("overhead", "bandwidth")]
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
@@ -114,22 +142,24 @@ def _valid(entry: dict) -> bool:
     return 0 <= overhead < math.inf and 0 < bandwidth < math.inf
 
 
-def measured_links(devices: Sequence[Device], cache: LinkCache | None = None) -> dict[str, Link]:
+def measured_links(devices: Sequence[Device], cache: LinkCache | None = None) -> dict[str, PoolLink]:
     """The link of every device that has a pool of its own, by pool."""
     cache = cache or LinkCache()
     return {d.pool: cache.link(d) for d in devices if d.pool != HOST}
 
 
-def transfer_time(devices: Sequence[Device], links: Mapping[str, Link]) -> Callable[[int, str, str], float]:
-    """Seconds to copy ``nbytes`` from pool ``src`` to pool ``dst`` (through the host): measured links where
-    known, else the devices' nominal ``transfer_estimate``."""
+def transfer_time(devices: Sequence[Device], links: Mapping[str, PoolLink]) -> Callable[[int, str, str], float]:
+    """Seconds to copy ``nbytes`` from pool ``src`` to pool ``dst`` (through the host: a download from ``src``,
+    then an upload to ``dst``): measured links where known, else the devices' nominal ``transfer_estimate``."""
     by_pool = {d.pool: d for d in devices}
 
-    def one_way(nbytes: int, pool: str) -> float:
+    def one_way(nbytes: int, pool: str, upload: bool) -> float:
         link = links.get(pool)
-        return link.seconds(nbytes) if link is not None else by_pool[pool].transfer_estimate(nbytes)
+        if link is None:
+            return by_pool[pool].transfer_estimate(nbytes)
+        return (link.up if upload else link.down).seconds(nbytes)
 
     def seconds(nbytes: int, src: str, dst: str) -> float:
-        return sum(one_way(nbytes, p) for p in (src, dst) if p != HOST)
+        return (0.0 if src == HOST else one_way(nbytes, src, False)) + (0.0 if dst == HOST else one_way(nbytes, dst, True))
 
     return seconds

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import warnings
+import weakref
 
+import numpy as np
 import pytest
 
 from engine import Init, Tensor, from_tensors
 from engine.devices import NumpyDevice
-from engine.devices.base import Link
+from engine.devices.base import Link, PoolLink
 from engine.devices.opencl import discover
 from engine.fileio import CacheWarning
 from engine.pipeline import Options, compile_program, transfer_estimate
@@ -31,9 +34,9 @@ def test_a_link_costs_its_overhead_plus_bytes_over_bandwidth():
 def test_transfer_time_uses_measured_links_through_the_host_and_nominal_ones_elsewhere():
     device = CPU_OPENCL[0]
     nominal = transfer_estimate([NumpyDevice(), device])
-    measured = transfer_time([NumpyDevice(), device], {device.pool: Link(1e-3, 1e6)})
-    assert measured(10**6, "host", device.pool) == pytest.approx(1e-3 + 1.0)
-    assert measured(10**6, device.pool, "host") == measured(10**6, "host", device.pool)
+    measured = transfer_time([NumpyDevice(), device], {device.pool: PoolLink(Link(1e-3, 1e6), Link(2e-3, 1e5))})
+    assert measured(10**6, "host", device.pool) == pytest.approx(1e-3 + 1.0)  # an upload
+    assert measured(10**6, device.pool, "host") == pytest.approx(2e-3 + 10.0)  # a download, priced on its own
     assert measured(10**6, "host", "host") == 0.0 == nominal(10**6, "host", "host")
     assert nominal(10**6, "host", device.pool) == device.transfer_estimate(10**6)
 
@@ -41,8 +44,43 @@ def test_transfer_time_uses_measured_links_through_the_host_and_nominal_ones_els
 @needs_opencl
 def test_measure_fits_a_positive_overhead_and_bandwidth_on_a_real_device():
     link = measure(CPU_OPENCL[0], sizes=(1 << 12, 1 << 22), repeats=3)
-    assert link.overhead >= 0 and math.isfinite(link.bandwidth) and link.bandwidth > 1e6
-    assert link.seconds(1 << 22) > link.seconds(1 << 12)
+    for one in (link.up, link.down):
+        assert one.overhead >= 0 and math.isfinite(one.bandwidth) and one.bandwidth > 1e6
+        assert one.seconds(1 << 22) > one.seconds(1 << 12)
+
+
+class _SlowDownloads(NumpyDevice):
+    """Host memory as a pool of its own whose downloads of more than 64 KiB take 50 ms (uploads take what a copy
+    takes), and which tells which downloaded arrays are still alive."""
+
+    pool = "slow"
+
+    def __init__(self) -> None:
+        super().__init__(threads=1)
+        self.downloads: list[weakref.ref] = []
+        self.alive_at_last: int = 0
+
+    def upload(self, array):
+        return np.array(array)
+
+    def download(self, handle, buffer):
+        if handle.nbytes > 1 << 16:
+            time.sleep(0.05)
+        self.alive_at_last = sum(r() is not None for r in self.downloads)
+        out = np.array(handle).reshape(buffer.shape)
+        self.downloads.append(weakref.ref(out))
+        return out
+
+    def free(self, handle):
+        pass
+
+
+def test_measure_times_each_direction_apart_and_keeps_every_download():
+    device = _SlowDownloads()
+    link = measure(device, sizes=(1 << 12, 1 << 20), repeats=3)
+    assert link.down.seconds(1 << 20) > 0.04 > link.up.seconds(1 << 20)
+    # every download of a size fills fresh memory: the earlier ones of that size are all still alive
+    assert device.alive_at_last == 3
 
 
 @needs_opencl
@@ -64,7 +102,7 @@ def test_an_unreadable_cache_is_reported_and_measured_again(tmp_path):
     (tmp_path / "links.json").write_text("{not json")
     with pytest.warns(CacheWarning, match="unreadable"):
         link = LinkCache(tmp_path).link(CPU_OPENCL[0])
-    assert link.bandwidth > 0
+    assert link.up.bandwidth > 0 and link.down.bandwidth > 0
     with warnings.catch_warnings():
         warnings.simplefilter("error", CacheWarning)  # rewritten whole: read back without a warning
         assert LinkCache(tmp_path).link(CPU_OPENCL[0]) == link
@@ -75,11 +113,13 @@ def test_tuned_compilations_price_their_copies_with_the_measured_link():
     x = Tensor.input("x", (64, 64), init=Init.normal(seed=3))
     program = from_tensors([(x.exp() * 2).named("y")], "copy", "one kernel")
     device = CPU_OPENCL[0]
-    c = compile_program(program, [NumpyDevice(threads=2), device], Options(tune_budget=Budget(variants=2, seconds=2.0)))
+    c = compile_program(program, [device], Options(tune_budget=Budget(variants=2, seconds=2.0)))  # copies in and out
     link = c.links[device.pool]
     assert set(c.links) == {device.pool}
     copies = [s for s in c.plan.steps if isinstance(s, Copy)]
+    assert {s.target[1] for s in copies} == {"host", device.pool}
     for step in copies:
-        assert step.predicted == pytest.approx(link.seconds(step.buffer.nbytes))
-    plain = compile_program(program, [NumpyDevice(threads=2), device], Options(tune=False, tune_cache=False))
+        one = link.up if step.target[1] == device.pool else link.down
+        assert step.predicted == pytest.approx(one.seconds(step.buffer.nbytes))
+    plain = compile_program(program, [device], Options(tune=False, tune_cache=False))
     assert plain.links == {}
