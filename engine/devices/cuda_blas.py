@@ -6,11 +6,10 @@ store that sum (bias, activation, residual), the matmul writes a scratch
 buffer and an epilogue kernel, compiled by NVRTC from ``engine.kernel.render.cuda``,
 reads it.  Every other kernel (elementwise, reduces, row kernels) runs from
 that source alone.  Buffers are flat cupy arrays in the pool ``cuda:<index>``.
-Copies go through page-locked memory from cupy's pinned pool: an upload copies
-the numpy array into a pinned staging buffer in chunks, each chunk's DMA queued
-as it lands (``engine.devices.staging``), and a download's DMA writes straight
-into a pinned numpy array that becomes the output (its memory goes back to the
-pool when the array goes).  Where the runtime gives no pinned memory, copies go
+Copies go through a page-locked staging buffer from cupy's pinned pool, in
+chunks (``engine.devices.staging``): an upload copies the numpy array into it,
+each chunk's DMA queued as it lands; a download queues every chunk's DMA into it
+and copies each chunk out to a fresh numpy array as it lands.  Where the runtime gives no pinned memory, copies go
 from and to pageable arrays (``cupy.asarray``, ``cupy.asnumpy``).  What copies
 cost is measured by ``engine.tuning.links`` like any pool's, keyed by the path
 they take (``transfer_estimate`` is the nominal figure used before that).  A
@@ -360,16 +359,26 @@ class CublasDevice(Device):
             return out
 
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
-        """``handle`` as a host array: one DMA into pinned memory that becomes the result (after the launches queued
-        before it, on the same stream)."""
+        """``handle`` as a fresh host array (after the launches queued before it, on the same stream): each chunk's
+        DMA lands in the pinned staging buffer and is copied out on the copying threads.  A fresh pinned array per
+        download would page-lock new memory every time, which costs several times the copy: the caller keeps the
+        result, so the pool cannot hand the same block back."""
         dtype = np.dtype(buffer.dtype.numpy)
         if buffer.nbytes and handle.dtype == dtype and handle.size == buffer.numel:
             with self._cp.cuda.Device(self.index):
-                memory = self._pinned(buffer.nbytes)
-                if memory is not None:
-                    out = memory.view(dtype)
-                    handle.get(stream=self._cp.cuda.get_current_stream(), out=out)
-                    return out.reshape(buffer.shape)
+                stage = self._staging(buffer.nbytes)
+                if stage is not None:
+                    out = np.empty(buffer.shape, dtype)
+                    raw = handle.view(np.uint8)
+                    stream = self._cp.cuda.get_current_stream()
+                    parts = staging.spans(buffer.nbytes)
+                    landed = []
+                    for a, b in parts:
+                        raw[a:b].get(stream=stream, out=stage[a:b], blocking=False)
+                        landed.append(stream.record())
+                    staging.copy_out(staging.as_bytes(out), stage[:buffer.nbytes], parts,
+                                     lambda i: landed[i].synchronize())
+                    return out
         return self._cp.asnumpy(handle).astype(dtype, copy=False).reshape(buffer.shape)
 
     def free(self, handle: Any) -> None:
