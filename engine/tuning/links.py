@@ -3,7 +3,8 @@
 A device with a pool of its own has uploads and downloads timed apart, at a small and a large size, the median
 of a few after a warm-up round trip; the line through the two points gives each direction a fixed cost per copy
 and a bandwidth.  The copies go through the device's own ``upload`` and ``download``, so they time the path its
-copies take (pinned staging or pageable arrays), and every download is kept until the measurement ends, as a
+copies take (pinned staging or pageable arrays).  They copy what a plan copies: each upload reads an array of its
+own (a plan's inputs are not in the CPU's cache), and every download is kept until the measurement ends, as a
 plan's outputs outlive its run: each one fills fresh host memory, not the pages the previous one left.  The fits
 are kept per device, driver and copy path (``Device.copies``) in ``links.json`` beside the tuning cache, so a
 machine measures each device once, and again when its copies change path; an unreadable file is reported
@@ -41,13 +42,13 @@ def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
     direction."""
     ups, downs = [], []
     for nbytes in sizes:
-        array = np.arange(nbytes // 4, dtype=np.float32)
-        buffer = Buffer(array.shape, DType.F32)
+        sources = [np.arange(nbytes // 4, dtype=np.float32) for _ in range(repeats)]
+        array, buffer = sources[0], Buffer(sources[0].shape, DType.F32)
         device.free(device.upload(array))  # warm-up: the path's staging memory and first-use costs
         up_times = []
-        for _ in range(repeats):
+        for source in sources:  # each upload reads memory the last one did not leave in the CPU's cache
             start = time.perf_counter()
-            handle = device.upload(array)
+            handle = device.upload(source)
             up_times.append(time.perf_counter() - start)
             device.free(handle)
         handle = device.upload(array)
