@@ -1,0 +1,69 @@
+"""What a GPU->host copy costs when the caller keeps the result, by the path it takes (cupy on a CUDA GPU).
+
+    python benchmarks/download_paths.py        # on a machine with cupy and a CUDA GPU (see h200.sh for the set-up)
+
+Per size, the median of 5 downloads of one device array, every result kept (as a plan's outputs are):
+- fresh pinned: page-locked memory from cupy's pinned pool, one DMA into it (what the cuBLAS device did before);
+- staged + copy: one DMA into a reused pinned buffer, then a copy to a fresh numpy array;
+- pageable: ``cupy.asnumpy``;
+- reused pinned: one DMA into the same pinned buffer each time (the result not kept: what a round trip that drops
+  its result times, and so what the copy links measured before they kept every download).
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+import time
+
+import cupy as cp
+import numpy as np
+
+SIZES_MIB = (1, 16, 64, 256)
+
+
+def median_ms(fn, kept: list, repeats: int = 5) -> float:
+    times = []
+    for _ in range(repeats):
+        cp.cuda.Device(0).synchronize()
+        start = time.perf_counter()
+        kept.append(fn())
+        cp.cuda.Device(0).synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def fresh_pinned(device, stage: np.ndarray) -> np.ndarray:
+    out = np.ndarray(stage.shape, np.float32, buffer=cp.cuda.alloc_pinned_memory(stage.nbytes))
+    return device.get(out=out)
+
+
+def staged_copy(device, stage: np.ndarray) -> np.ndarray:
+    device.get(out=stage)
+    return stage.copy()
+
+
+def pageable(device, stage: np.ndarray) -> np.ndarray:
+    return cp.asnumpy(device)
+
+
+def reused_pinned(device, stage: np.ndarray) -> None:
+    device.get(out=stage)
+
+
+def main() -> None:
+    print("| size | fresh pinned | staged + copy | pageable | reused pinned (result dropped) |\n|---|---|---|---|---|")
+    for mib in SIZES_MIB:
+        n = (mib << 20) // 4
+        device = cp.arange(n, dtype=cp.float32)
+        stage = np.ndarray((n,), np.float32, buffer=cp.cuda.alloc_pinned_memory(n * 4))
+        kept: list = []
+        figures = [median_ms(functools.partial(path, device, stage), kept)
+                   for path in (fresh_pinned, staged_copy, pageable, reused_pinned)]
+        print(f"| {mib} MiB | " + " | ".join(f"{t:.2f} ms" for t in figures) + " |", flush=True)
+        kept.clear()
+        cp.get_default_pinned_memory_pool().free_all_blocks()
+
+
+if __name__ == "__main__":
+    main()
