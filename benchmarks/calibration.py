@@ -14,7 +14,9 @@ tuning all measured again) under the default budget, runs and verifies.  Printed
   vs measured (the pipeline's one run, and the median of 3 more runs);
 - per device: the cost model's error |log2(predicted / measured)| over every (kernel, device) the tuner timed,
   for the prediction made before the kernel's first trial on the device (out of sample) and for each trial's
-  prediction made right before it ran (refitted by the trials before it); the calibrated parameters.
+  prediction made right before it ran (refitted by the trials before it);
+- per device pool: the copies measured at each size, each way (what the plan's copies are priced by);
+- per device: the calibrated parameters.
 
 ``--record`` keeps, per sample, every measurement the model was refitted with (micro-benchmarks, trials, executed
 steps: kernel, device, variant, seconds) and each device's measured overhead and op costs, in order, so that
@@ -156,6 +158,7 @@ def main() -> None:
     every: dict[str, list[float]] = {}
     ratios = []
     calibrations = {}
+    copy_links = {}
     recorder = Recorder() if args.record else None
     recorded = []
     for name in names:
@@ -181,6 +184,7 @@ def main() -> None:
                 every.setdefault(result.device, []).extend(error(t.predicted, t.seconds) for t in timed)
         assert c.calibrations is not None
         calibrations.update(c.calibrations.by_device)
+        copy_links.update(c.links)
     if args.record:
         args.record.write_bytes(pickle.dumps(recorded))
     print("\n| device | pairs timed | median \\|log2(pred/meas)\\|, before its first trial | p90 | trials | median, "
@@ -194,6 +198,9 @@ def main() -> None:
     worst = max(ratios, key=lambda r: abs(math.log2(r)))
     print(f"\nplans: measured/predicted from {min(ratios):.2f} to {max(ratios):.2f} (worst {worst:.2f}); "
           f"{sum(abs(math.log2(r)) > 1 for r in ratios)} of {len(ratios)} more than 2x off")
+    print("\n| pool | uploads measured | downloads measured |\n|---|---|---|")
+    for pool, link in sorted(copy_links.items()):
+        print(f"| {short(pool)} | {link.up.describe()} | {link.down.describe()} |")
     print("\n| device | launch overhead | factor: device | elementwise | transcendental | reduce | matmul | row "
           "| observations |")
     print("|---|---|---|---|---|---|---|---|---|")

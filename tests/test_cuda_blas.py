@@ -65,7 +65,7 @@ class _HostCublas(cuda_blas.CublasDevice):
 
 
 def _host_cublas(seconds_per_byte: float = 0.0) -> cuda_blas.CublasDevice:
-    return _HostCublas(_numpy_as_cupy(), 0, "fake", Link(0.0, 1 / max(seconds_per_byte, 1e-30)))
+    return _HostCublas(_numpy_as_cupy(), 0, "fake", Link.line(0.0, 1 / max(seconds_per_byte, 1e-30)))
 
 
 def _program(kind: str):
@@ -316,7 +316,7 @@ def _numpy_as_pinned_cupy(refuse: bool = False) -> types.SimpleNamespace:
 @pytest.mark.parametrize("refuse", [False, True], ids=["pinned", "refused"])
 def test_copies_stage_through_pinned_memory_in_chunks_or_fall_back_and_a_session_matches(monkeypatch, refuse):
     monkeypatch.setattr(staging, "CHUNK", 512)
-    device = _HostCublas(_numpy_as_pinned_cupy(refuse), 0, "fake", Link(0.0, 1e30))
+    device = _HostCublas(_numpy_as_pinned_cupy(refuse), 0, "fake", Link.line(0.0, 1e30))
     _Gpu.streams = []
     data = np.arange(1000, dtype=np.float32)  # 4000 bytes: 8 chunks
     back = device.download(device.upload(data), Buffer(data.shape, DType.F32))

@@ -3,6 +3,7 @@ a rebuild, or a refusal before any work; never a traceback, a crash, a hang or a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ from engine.errors import FormatError, InitError, ShapeError
 from engine.fileio import STALE_SECONDS, CacheWarning, UnsafeFileError, read_bounded, write_atomic
 from engine.interop import loads_serialized
 from engine.program.loader import SizeLimits
-from engine.tuning import TuneCache, tune
+from engine.tuning import TuneCache, links, tune
 from engine.tuning.links import LinkCache
 from tests.fuzzing import device_node
 from tests.test_autotune import matmul
@@ -276,34 +277,39 @@ def test_a_damaged_tuning_cache_is_reported_and_rebuilt(tmp_path, damage):
         assert tune(matmul(), device, 2, TuneCache(tmp_path)).cache == "hit"
 
 
-GOOD_WAY = {"overhead": 1e-5, "bandwidth": 1e9}
+GOOD_WAY = [[4096, 1e-5], [1 << 24, 2e-3]]
 
 
-@pytest.mark.parametrize("way", [{"overhead": -1.0, "bandwidth": 1e9}, {"overhead": 0.0, "bandwidth": 0},
-                                 {"overhead": 10**400, "bandwidth": 1e9}, {"overhead": True, "bandwidth": 1e9}, None])
+@pytest.mark.parametrize("way", [[[4096, -1.0], [1 << 24, 2e-3]], [[4096, 1e-5], [1 << 24, 1e-5]],
+                                 [[4096, 2e-3], [1 << 24, 1e-5]], [[1 << 24, 1e-5], [4096, 2e-3]],
+                                 [[4096, 10**400], [1 << 24, 2e-3]], [[4096, True], [1 << 24, 2e-3]],
+                                 [[4096, 1e-5]], [[4096, 1e-5, 0], [1 << 24, 2e-3]], {"overhead": 1e-5}, None])
 @pytest.mark.parametrize("bad", ["up", "down"])
-def test_invalid_links_are_dropped_and_measured_again(tmp_path, way, bad):
+def test_invalid_links_are_dropped_and_measured_again(tmp_path, monkeypatch, way, bad):
     from engine.devices import NumpyDevice
 
+    monkeypatch.setattr(links, "measure", functools.partial(links.measure, sizes=(1 << 12, 1 << 16)))
     entry = {"up": GOOD_WAY, "down": GOOD_WAY, bad: way}
-    (tmp_path / "links.json").write_text(json.dumps({"format": 2, "links": {"numpy|x": entry}}))
+    (tmp_path / "links.json").write_text(json.dumps({"format": 3, "links": {"numpy|x": entry}}))
     with pytest.warns(CacheWarning, match="invalid entries"):
-        link = LinkCache(tmp_path).link(NumpyDevice())  # measured again (through the host pool)
+        link = LinkCache(tmp_path).link(NumpyDevice())  # measured again (host pool)
     for one in (link.up, link.down):
         assert one.overhead >= 0 and 0 < one.bandwidth < float("inf")
 
 
-def test_links_of_the_one_way_layout_are_measured_again_without_a_warning(tmp_path):
+def test_links_of_an_older_layout_are_measured_again_without_a_warning(tmp_path, monkeypatch):
     from engine.devices import NumpyDevice
     from engine.tuning.cache import driver
 
+    monkeypatch.setattr(links, "measure", functools.partial(links.measure, sizes=(1 << 12, 1 << 16)))
     device = NumpyDevice()
-    old = {f"{device.name}|{driver(device)}|{device.copies}": GOOD_WAY}
-    (tmp_path / "links.json").write_text(json.dumps({"format": 1, "links": old}))
+    old = {f"{device.name}|{driver(device)}|{device.copies}": {"up": {"overhead": 1e-5, "bandwidth": 1e9},
+                                                               "down": {"overhead": 1e-5, "bandwidth": 1e9}}}
+    (tmp_path / "links.json").write_text(json.dumps({"format": 2, "links": old}))
     with warnings.catch_warnings():
         warnings.simplefilter("error", CacheWarning)
         link = LinkCache(tmp_path).link(device)
-    assert link.up != Link(1e-5, 1e9) and json.loads((tmp_path / "links.json").read_text())["format"] == 2
+    assert link.up != Link.line(1e-5, 1e9) and json.loads((tmp_path / "links.json").read_text())["format"] == 3
 
 
 def test_a_corrupt_native_object_is_rebuilt_not_loaded(tmp_path):

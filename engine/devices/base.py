@@ -13,27 +13,56 @@ never lost), never a probe of its attributes.
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
+from engine import units
 from engine.kernel.ir import Buffer, Kernel
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 
 @dataclass(frozen=True)
 class Link:
-    """One direction of the copy between the host and a device's pool."""
+    """One direction of the copy between the host and a device's pool: the seconds a copy took at a few sizes,
+    joined by straight lines and continued past the largest at its last segment's rate.  One line through the
+    smallest and largest size does not hold in between: a copy of a few MiB goes in more, smaller staging chunks
+    than a large one, and pays each chunk's hand-off."""
 
-    overhead: float
-    """Seconds each copy costs whatever its size."""
-    bandwidth: float
-    """Bytes per second beyond that."""
+    points: tuple[tuple[int, float], ...]
+    """(bytes, seconds) by growing size, seconds never falling; at least two."""
+
+    @classmethod
+    def line(cls, overhead: float, bandwidth: float) -> Link:
+        """A nominal link: ``overhead`` seconds a copy plus ``bandwidth`` bytes per second."""
+        return cls(((0, overhead), (1 << 30, overhead + (1 << 30) / bandwidth)))
 
     def seconds(self, nbytes: int) -> float:
-        return self.overhead + nbytes / self.bandwidth
+        points = self.points
+        if nbytes <= points[0][0]:
+            return points[0][1]
+        for (a, ta), (b, tb) in itertools.pairwise(points):
+            if nbytes <= b:
+                return ta + (tb - ta) * (nbytes - a) / (b - a)
+        return points[-1][1] + (nbytes - points[-1][0]) / self.bandwidth
+
+    @property
+    def overhead(self) -> float:
+        """Seconds of the smallest copy measured (the least a copy costs)."""
+        return self.points[0][1]
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second of the last segment (what a larger copy adds per byte)."""
+        (a, ta), (b, tb) = self.points[-2:]
+        return (b - a) / max(tb - ta, 1e-30)
+
+    def describe(self) -> str:
+        """``4 KiB 31 µs · 1 MiB 0.43 ms · 16 MiB 1.40 ms`` (the sizes measured)."""
+        return " · ".join(f"{units.nbytes(n)} {units.seconds(s)}" for n, s in self.points)
 
 
 @dataclass(frozen=True)
@@ -46,9 +75,8 @@ class PoolLink:
     down: Link
 
     def describe(self) -> str:
-        """``up 20 µs + 25.1 GB/s, down 31 µs + 3.2 GB/s``."""
-        return ", ".join(f"{way} {one.overhead * 1e6:.0f} µs + {one.bandwidth / 1e9:.3g} GB/s"
-                         for way, one in (("up", self.up), ("down", self.down)))
+        """``up 4 KiB 20 µs · 16 MiB 1.40 ms; down 4 KiB 31 µs · 16 MiB 1.01 ms``."""
+        return f"up {self.up.describe()}; down {self.down.describe()}"
 
 
 class Compiled(Protocol):

@@ -41,7 +41,7 @@ from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
 
 NO_CUDA = "install cupy for the CUDA runtime of the machine (`pip install cupy-cuda12x` or `cupy-cuda13x`)"
-NOMINAL_LINK = Link(20e-6, 4e9)
+NOMINAL_LINK = Link.line(20e-6, 4e9)
 """Host<->GPU copies before ``engine.tuning.links`` measures them: a pageable figure, low for the pinned path, so
 that an unmeasured copy is never priced below what it may cost."""
 THREADS = 2048

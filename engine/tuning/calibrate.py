@@ -22,7 +22,8 @@ working set fits in the last-level cache (``cache``) stays there from one trial 
 several times faster per byte than one that streams from memory, so fits are kept as if cached and ``memory``
 scales a kernel by how much of its working set misses.  ``bandwidth``: a plan's launch reads its inputs from
 memory (a program input, an upload, an output of launches ago) even where its trials found them cached, so it
-takes at least their bytes at the rate the device streams from memory.  On a loaded machine a launch on several
+takes at least their bytes at the rate the device streams from memory (on a CPU, timed with its buffers pushed out
+of the caches first: a last-level cache of hundreds of MiB keeps the whole micro-benchmark from launch to launch).  On a loaded machine a launch on several
 threads may wait a scheduler slice for a descheduled one: ``parallel`` (from median launches) charges that wait,
 so the micro-benchmarks' work, ``stream`` and ``bandwidth`` come from their best launches, less what those paid.
 
@@ -448,6 +449,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     device.compile_many([(k, v) for k, variants in kernels.items() for v in variants]  # one build of every one
                         + [(k, family_variants(probes[1], device)[0]) for k in probes])
     timed = []  # refits wait for the overhead and the cache term
+    cold: tuple[Variant, float] | None = None  # the large copy's best launch from memory (CPUs only)
     for kernel, variants in kernels.items():
         try:
             bench = Bench(device, kernel, arrays=_halves(kernel))
@@ -462,6 +464,8 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                     bench.free(outs)
                     if kernel.key == large and i == 0:
                         c.fresh = _first_touch(device, bench, compiled, FRESH_PAIRS)
+                        if not device.is_gpu:
+                            cold = variant, _cold_launch(device, bench, compiled, COLD_LAUNCHES)
                 except Exception:  # likewise for a variant it cannot build or run
                     continue
                 if kernel.key == tiny:
@@ -477,6 +481,8 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     if copies:  # the best launch of the best variant, less what is not memory
         large_kernel = micro_kernels()[1]
         best = min(min(times) - _fixed(c, large_kernel, device, v, wake) for v, times in copies)
+        if cold is not None:  # slower than any launch on buffers a large cache kept
+            best = max(best, cold[1] - _fixed(c, large_kernel, device, cold[0], wake))
         c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
             _stream(device, c, micro_kernels()[1], copies, wake)
@@ -564,14 +570,19 @@ a copy timed while other jobs took the memory bus (it would make every large ker
 
 def cache_bytes(device: Device) -> float:
     """The last-level cache in front of ``device``'s memory: the device's own ``cache_bytes`` if it says, else for
-    a host device the last-level caches of the CPUs this process may run on (as Linux lists them), each counted
-    once (a device's threads on several core complexes use all of theirs); 0 when unknown, and for a host device
-    without variants (its library, not one pass over the working set, decides what stays cached)."""
+    a host device the CPUs' (``host_cache_bytes``); 0 when unknown, and for a host device without variants (its
+    library, not one pass over the working set, decides what stays cached)."""
     own = getattr(device, "cache_bytes", None)
     if own is not None:
         return float(own)
     if device.pool != HOST or not device.tunable:  # numpy and BLAS run through libraries that block for the cache
         return 0.0
+    return host_cache_bytes()
+
+
+def host_cache_bytes() -> float:
+    """The last-level caches of the CPUs this process may run on (as Linux lists them), each counted once (threads
+    on several core complexes use all of theirs); 0 when unknown."""
     caches: dict[tuple[int, str], float] = {}  # by (level, the CPUs sharing it)
     for cpu in sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []:
         for index in Path(f"/sys/devices/system/cpu/cpu{cpu}/cache").glob("index*"):
@@ -582,6 +593,17 @@ def cache_bytes(device: Device) -> float:
         return 0.0
     last = max(level for level, _ in caches)
     return sum(size for (level, _), size in caches.items() if level == last)
+
+
+class Evictor:
+    """Writes more bytes than the CPUs' last-level caches hold (at most ``EVICT_LIMIT``), so that what the next
+    timed run reads comes from memory."""
+
+    def __init__(self) -> None:
+        self.scratch = np.zeros(int(min(1.5 * host_cache_bytes(), EVICT_LIMIT)), np.uint8)
+
+    def __call__(self) -> None:
+        np.add(self.scratch, 1, out=self.scratch)
 
 
 def op_probes() -> list[Kernel]:
@@ -628,6 +650,10 @@ def family_variants(kernel: Kernel, device: Device) -> list[Variant]:
 
 FAMILIES = 2
 """Families timed per micro-benchmark: the nominal model's best two (the tuner times its best first)."""
+COLD_LAUNCHES = 3
+"""Launches of the copy-like micro-benchmark timed from memory (``bandwidth`` takes the best)."""
+EVICT_LIMIT = 1 << 29
+"""The most bytes ``Evictor`` writes."""
 SLOW = 0.1
 """Seconds of a micro-benchmark launch that is timed once, not repeated (a slow family's)."""
 
@@ -638,6 +664,21 @@ FRESH_PAIRS = 5
 def _halves(kernel: Kernel) -> list[np.ndarray]:
     """Inputs of a micro-benchmark: 0.5 everywhere (in every op's domain; 10x cheaper to make than random ones)."""
     return [np.full(b.shape, 0.5, b.dtype.numpy) for b in kernel.inputs]
+
+
+def _cold_launch(device: Device, bench: Any, compiled: Any, launches: int) -> float:
+    """The best of ``launches`` launches, each after its buffers are pushed out of the CPU's caches."""
+    evict = Evictor()
+    outs = [device.alloc(b) for b in bench.kernel.output_types]
+    try:
+        device.launch(compiled, bench.inputs, outs)  # the outputs' first touch
+        times = []
+        for _ in range(launches):
+            evict()
+            times.append(device.launch(compiled, bench.inputs, outs))
+    finally:
+        bench.free(outs)
+    return min(times)
 
 
 def _first_touch(device: Device, bench: Any, compiled: Any, pairs: int) -> float:

@@ -1,18 +1,20 @@
 """Measured copy costs between the host and each device's memory pool: what a ``to_device`` node costs.
 
-A device with a pool of its own has uploads and downloads timed apart, at a small and a large size, the median
-of a few after a warm-up round trip; the line through the two points gives each direction a fixed cost per copy
-and a bandwidth.  The copies go through the device's own ``upload`` and ``download``, so they time the path its
-copies take (pinned staging or pageable arrays).  They copy what a plan copies: each upload reads an array of its
-own (a plan's inputs are not in the CPU's cache), and every download is kept until the measurement ends, as a
-plan's outputs outlive its run: each one fills fresh host memory, not the pages the previous one left.  The fits
-are kept per device, driver and copy path (``Device.copies``) in ``links.json`` beside the tuning cache, so a
-machine measures each device once, and again when its copies change path; an unreadable file is reported
-(``CacheWarning``) and measured again.
+A device with a pool of its own has uploads and downloads timed apart at a few sizes, the median of a few after a
+warm-up; each direction's ``Link`` joins the sizes' times by straight lines (one line through the smallest and
+largest size missed the copies of a few MiB: they go in more, smaller staging chunks).  The copies go through the
+device's own ``upload`` and ``download``, so they time the path its copies take (pinned staging or pageable
+arrays).  They copy what a plan copies: each upload reads an array of its own, out of the CPU's caches (a plan's
+inputs were written long before, and a large last-level cache would otherwise hold them all), and every download
+is kept until the measurement ends, as a plan's outputs outlive its run: each one fills fresh host memory, not the
+pages the previous one left.  The links are kept per device, driver and copy path (``Device.copies``) in
+``links.json`` beside the tuning cache, so a machine measures each device once, and again when its copies change
+path; an unreadable file is reported (``CacheWarning``) and measured again.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -28,32 +30,36 @@ from engine.fileio import CacheWarning, UnsafeFileError, read_bounded, set_aside
 from engine.kernel.ir import HOST, Buffer
 from engine.program.dtypes import DType
 from engine.tuning.cache import MAX_FILE_BYTES, default_dir, driver
+from engine.tuning.calibrate import Evictor
 
-SIZES = (1 << 12, 1 << 24)
-"""Bytes of the two sizes timed (4 KiB: the fixed cost; 16 MiB: the bandwidth)."""
+SIZES = (1 << 12, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26)
+"""Bytes of the sizes timed: 4 KiB (the fixed cost) to 64 MiB (beyond it, the last segment's rate)."""
 REPEATS = 5
 DIRECTIONS = ("up", "down")
-FORMAT = 2
-"""The layout of ``links.json``: 2 keeps each direction (a file of an older layout is measured again, silently)."""
+FORMAT = 3
+"""The layout of ``links.json``: 3 keeps each direction's measured sizes (a file of an older layout is measured
+again, silently)."""
 
 
 def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> PoolLink:
-    """Time uploads and downloads of ``sizes`` bytes through ``device``'s pool and fit a ``Link`` to each
-    direction."""
+    """Time uploads and downloads of ``sizes`` bytes through ``device``'s pool; a ``Link`` for each direction."""
+    evict = Evictor()
     ups, downs = [], []
     for nbytes in sizes:
-        sources = [np.arange(nbytes // 4, dtype=np.float32) for _ in range(repeats)]
+        count = repeats if nbytes < 1 << 26 else min(repeats, 3)  # 3 kept downloads of the largest size suffice
+        sources = [np.arange(nbytes // 4, dtype=np.float32) for _ in range(count)]
         array, buffer = sources[0], Buffer(sources[0].shape, DType.F32)
         device.free(device.upload(array))  # warm-up: the path's staging memory and first-use costs
         up_times = []
-        for source in sources:  # each upload reads memory the last one did not leave in the CPU's cache
+        for source in sources:
+            evict()  # out of the caches, as a plan's input is
             start = time.perf_counter()
             handle = device.upload(source)
             up_times.append(time.perf_counter() - start)
             device.free(handle)
         handle = device.upload(array)
         kept, down_times = [device.download(handle, buffer)], []
-        for _ in range(repeats):
+        for _ in range(count):
             start = time.perf_counter()
             kept.append(device.download(handle, buffer))
             down_times.append(time.perf_counter() - start)
@@ -67,10 +73,13 @@ def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
 
 
 def _fit(sizes: Sequence[int], seconds: Sequence[float]) -> Link:
-    """The line through the smallest and the largest size's times (a fixed cost never below 0)."""
-    small, large = sizes[0], sizes[-1]
-    per_byte = max((seconds[-1] - seconds[0]) / (large - small), 1e-15)
-    return Link(max(seconds[0] - small * per_byte, 0.0), 1 / per_byte)
+    """The sizes' times, each at least the one before (a larger copy never priced below a smaller one) and the
+    last above the one before (a rate past it)."""
+    kept: list[float] = []
+    for t in seconds:
+        kept.append(max(t, kept[-1] if kept else 0.0))
+    kept[-1] = max(kept[-1], kept[-2] + (sizes[-1] - sizes[-2]) * 1e-15)
+    return Link(tuple(zip(sizes, kept)))
 
 
 class LinkCache:
@@ -113,10 +122,10 @@ class LinkCache:
         key = f"{device.name}|{driver(device)}|{device.copies}"
         entry = self._links.get(key)
         if entry is not None:
-            up, down = (Link(float(entry[d]["overhead"]), float(entry[d]["bandwidth"])) for d in DIRECTIONS)
+            up, down = (Link(tuple((int(n), float(t)) for n, t in entry[d])) for d in DIRECTIONS)
             return PoolLink(up, down)
         link = measure(device)
-        self._links[key] = {d: {"overhead": one.overhead, "bandwidth": one.bandwidth}
+        self._links[key] = {d: [list(p) for p in one.points]
                             for d, one in zip(DIRECTIONS, (link.up, link.down), strict=True)}
         try:
             write_atomic(self.path, json.dumps({"format": FORMAT, "links": self._links}, indent=1, sort_keys=True))
@@ -128,19 +137,27 @@ class LinkCache:
 
 def _valid(entry: dict) -> bool:
     """Both directions valid (``_valid_direction``)."""
-    return all(isinstance(entry.get(d), dict) and _valid_direction(entry[d]) for d in DIRECTIONS)
+    return all(_valid_direction(entry.get(d)) for d in DIRECTIONS)
 
 
-def _valid_direction(entry: dict) -> bool:
-    """A finite overhead >= 0 and a finite bandwidth > 0 (numbers, not booleans)."""
-    values = [entry.get(f) for f in ("overhead", "bandwidth")]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+def _valid_direction(points: object) -> bool:
+    """At least two [bytes, seconds] pairs (numbers, not booleans): sizes growing from 0 up, seconds finite, from 0
+    up and never falling, the last above the one before (a stored link that a larger copy undercut, or that priced a
+    copy below nothing, would make a copy look profitable and extraction loop)."""
+    if not isinstance(points, list) or len(points) < 2:
         return False
-    try:
-        overhead, bandwidth = (float(v) for v in values)  # type: ignore[arg-type]
-    except OverflowError:  # an integer beyond any float
-        return False
-    return 0 <= overhead < math.inf and 0 < bandwidth < math.inf
+    pairs = []
+    for pair in points:
+        if not (isinstance(pair, list) and len(pair) == 2
+                and all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)):
+            return False
+        try:
+            pairs.append((float(pair[0]), float(pair[1])))
+        except OverflowError:  # an integer beyond any float
+            return False
+    sizes, seconds = zip(*pairs)
+    return (all(0 <= x < math.inf for x in sizes + seconds) and all(a < b for a, b in itertools.pairwise(sizes))
+            and all(a <= b for a, b in itertools.pairwise(seconds)) and seconds[-2] < seconds[-1])
 
 
 def measured_links(devices: Sequence[Device], cache: LinkCache | None = None) -> dict[str, PoolLink]:

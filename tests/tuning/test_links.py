@@ -25,16 +25,37 @@ CPU_OPENCL = [d for d in discover() if not d.is_gpu][:1]
 needs_opencl = pytest.mark.skipif(not CPU_OPENCL, reason="no OpenCL CPU device (install pocl-opencl-icd)")
 
 
-def test_a_link_costs_its_overhead_plus_bytes_over_bandwidth():
-    link = Link(overhead=1e-5, bandwidth=1e9)
+def test_a_nominal_link_costs_its_overhead_plus_bytes_over_bandwidth():
+    link = Link.line(overhead=1e-5, bandwidth=1e9)
     assert link.seconds(0) == 1e-5 and link.seconds(10**9) == pytest.approx(1 + 1e-5)
+    assert link.seconds(10**10) == pytest.approx(10 + 1e-5)  # past the last point, at the last segment's rate
+    assert link.overhead == 1e-5 and link.bandwidth == pytest.approx(1e9)
+
+
+def test_a_measured_link_joins_its_sizes_by_straight_lines():
+    link = Link(((1 << 12, 30e-6), (1 << 20, 430e-6), (1 << 24, 1.4e-3)))
+    assert link.seconds(0) == link.seconds(1 << 12) == 30e-6  # never below the smallest copy measured
+    assert link.seconds(1 << 20) == 430e-6
+    halfway = (1 << 20) + ((1 << 24) - (1 << 20)) // 2
+    assert link.seconds(halfway) == pytest.approx((430e-6 + 1.4e-3) / 2)
+    rate = ((1 << 24) - (1 << 20)) / (1.4e-3 - 430e-6)
+    assert link.bandwidth == pytest.approx(rate)
+    assert link.seconds(1 << 25) == pytest.approx(1.4e-3 + (1 << 24) / rate)
+    assert "1.00 MiB 430 µs" in link.describe()
+
+
+def test_the_fit_never_prices_a_larger_copy_below_a_smaller_one():
+    fitted = links._fit((1 << 12, 1 << 20, 1 << 24), (50e-6, 40e-6, 40e-6))  # noise: the middle size ran faster
+    seconds = [t for _, t in fitted.points]
+    assert seconds[:2] == [50e-6, 50e-6] and seconds[2] > seconds[1]
+    assert 0 < fitted.bandwidth < math.inf
 
 
 @needs_opencl
 def test_transfer_time_uses_measured_links_through_the_host_and_nominal_ones_elsewhere():
     device = CPU_OPENCL[0]
     nominal = transfer_estimate([NumpyDevice(), device])
-    measured = transfer_time([NumpyDevice(), device], {device.pool: PoolLink(Link(1e-3, 1e6), Link(2e-3, 1e5))})
+    measured = transfer_time([NumpyDevice(), device], {device.pool: PoolLink(Link.line(1e-3, 1e6), Link.line(2e-3, 1e5))})
     assert measured(10**6, "host", device.pool) == pytest.approx(1e-3 + 1.0)  # an upload
     assert measured(10**6, device.pool, "host") == pytest.approx(2e-3 + 10.0)  # a download, priced on its own
     assert measured(10**6, "host", "host") == 0.0 == nominal(10**6, "host", "host")
@@ -42,10 +63,11 @@ def test_transfer_time_uses_measured_links_through_the_host_and_nominal_ones_els
 
 
 @needs_opencl
-def test_measure_fits_a_positive_overhead_and_bandwidth_on_a_real_device():
-    link = measure(CPU_OPENCL[0], sizes=(1 << 12, 1 << 22), repeats=3)
+def test_measure_times_each_size_on_a_real_device():
+    link = measure(CPU_OPENCL[0], sizes=(1 << 12, 1 << 18, 1 << 22), repeats=3)
     for one in (link.up, link.down):
-        assert one.overhead >= 0 and math.isfinite(one.bandwidth) and one.bandwidth > 1e6
+        assert [n for n, _ in one.points] == [1 << 12, 1 << 18, 1 << 22]
+        assert one.overhead > 0 and math.isfinite(one.bandwidth) and one.bandwidth > 1e6
         assert one.seconds(1 << 22) > one.seconds(1 << 12)
 
 
