@@ -23,9 +23,10 @@ several times faster per byte than one that streams from memory, so fits are kep
 scales a kernel by how much of its working set misses.  ``bandwidth``: a plan's launch reads its inputs from
 memory (a program input, an upload, an output of launches ago) even where its trials found them cached, so it
 takes at least their bytes at the rate the device streams from memory (on a CPU, timed with its buffers pushed out
-of the caches first: a last-level cache of hundreds of MiB keeps the whole micro-benchmark from launch to launch).  On a loaded machine a launch on several
-threads may wait a scheduler slice for a descheduled one: ``parallel`` (from median launches) charges that wait,
-so the micro-benchmarks' work, ``stream`` and ``bandwidth`` come from their best launches, less what those paid.
+of the caches first: a last-level cache of hundreds of MiB keeps the whole micro-benchmark from launch to launch).
+On a loaded machine a launch on several threads may wait a scheduler slice for a descheduled one: ``parallel``
+(from median launches) charges that wait, so the micro-benchmarks' work, ``stream`` and ``bandwidth`` come from
+their best launches, less what those paid.
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one in the cache, a reduce and a matmul, each in the best predicted variants of its two

@@ -75,9 +75,7 @@ def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
 def _fit(sizes: Sequence[int], seconds: Sequence[float]) -> Link:
     """The sizes' times, each at least the one before (a larger copy never priced below a smaller one) and the
     last above the one before (a rate past it)."""
-    kept: list[float] = []
-    for t in seconds:
-        kept.append(max(t, kept[-1] if kept else 0.0))
+    kept = list(itertools.accumulate(seconds, max))
     kept[-1] = max(kept[-1], kept[-2] + (sizes[-1] - sizes[-2]) * 1e-15)
     return Link(tuple(zip(sizes, kept)))
 
