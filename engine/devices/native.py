@@ -13,6 +13,13 @@ offered and ``discover`` says why in one line.
 Shared objects are cached on disk under the tuning cache's root (``native/<hash>.so``), keyed by the
 source, the compiler's version and the flags, and written atomically; ``compile_many`` builds many
 kernels in one compiler call. Launches time the ctypes call with ``time.perf_counter``.
+
+OpenMP threads sleep as soon as a kernel ends: importing this module sets ``OMP_WAIT_POLICY=PASSIVE`` unless
+the environment already names a policy (it must be set before the OpenMP runtime loads, with the first
+kernel). A plan alternates native kernels with BLAS calls on the same cores, and OpenMP's default of spinning
+after a parallel loop took those cores from the next BLAS call, which then ran far slower than its trials
+(benchmarks/RESULTS.md, "Threads that wait asleep"). The policy is part of ``driver_version``, so times
+measured under another are not reused.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ from engine.kernel.ir import HOST, Kernel
 from engine.kernel.render.base import UnsupportedKernelError, check, function_name
 from engine.kernel.render.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
+
+WAIT_POLICY = "PASSIVE"
+"""OpenMP's wait policy unless the environment names one (see the module docstring)."""
+os.environ.setdefault("OMP_WAIT_POLICY", WAIT_POLICY)
 
 GENERATION = 2
 """Of the generated C, in the tuning cache's key: times measured of older code are not reused (2: 64-bit indices,
@@ -293,9 +304,10 @@ class NativeDevice(HostMemory, Device):
 
     @property
     def driver_version(self) -> str:
-        """Compiler, flags, threads and the generated code's ``GENERATION`` (part of the tuning cache's and the
-        calibration's keys)."""
-        return f"{self.compiler.key} | threads {self.threads} | code {GENERATION}"
+        """Compiler, flags, threads, OpenMP's wait policy and the generated code's ``GENERATION`` (part of the
+        tuning cache's and the calibration's keys)."""
+        wait = os.environ.get("OMP_WAIT_POLICY", "default").lower()
+        return f"{self.compiler.key} | threads {self.threads} | wait {wait} | code {GENERATION}"
 
     def unsupported(self, kernel: Kernel) -> str | None:
         if kernel.stages:

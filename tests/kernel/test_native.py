@@ -326,6 +326,19 @@ def test_cli_prints_the_note(tmp_path):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(("given", "policy"), [(None, "passive"), ("ACTIVE", "active")])
+def test_openmp_threads_sleep_after_a_kernel_unless_the_user_says_otherwise(device, given, policy):
+    """Threads that spin after a native kernel took the cores from the next BLAS call; the policy is set before
+    the OpenMP runtime loads, a policy the user set is kept, and the one in force is part of the cache keys."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | ({"OMP_WAIT_POLICY": given} if given else {})
+    script = ("import os; from engine.devices.native import discover; (d,), _ = discover(); "
+              "print(os.environ['OMP_WAIT_POLICY'], '|', d.driver_version)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen, key = done.stdout.strip().split(" | ", 1)
+    assert seen.lower() == policy and f"| wait {policy} |" in key
+
+
 def test_a_split_reduce_of_many_short_pieces_is_predicted_slower(device):
     """Each piece of a split reduce is a loop set up and stored in scalar code: 512 outputs of 1024 adds cut into
     256 pieces of 4 cost more than into 16 pieces of 64 (the adds alone are the same), and the workers that
