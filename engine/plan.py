@@ -16,6 +16,7 @@ between runs (see ``Session`` for what counts as an unchanged input).
 from __future__ import annotations
 
 import contextlib
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import units
 from engine.devices import staging
 from engine.devices.base import Device
 from engine.egraph.egraph import EGraph
@@ -225,10 +227,34 @@ class Execution:
     """Wall seconds from the first step to the outputs on the host."""
     timed: bool = True
     """Whether each launch was timed on its device (else launches were queued and their times are 0)."""
+    first: float | None = None
+    """The first run's total, when ``step_times`` are the medians of the runs after it (``steady``)."""
+    reruns: int = 0
+    """How many runs after the first ``step_times`` are the medians of (0: one run, as it was)."""
 
     @property
     def total(self) -> float:
         return sum(self.step_times)
+
+    def describe(self) -> str:
+        """The measured total, and what it is: ``9.97 ms (median of 2 reruns; first run 14.1 ms)``."""
+        if self.first is None:
+            return units.seconds(self.total)
+        return (f"{units.seconds(self.total)} (median of {units.plural(self.reruns, 'rerun')}; "
+                f"first run {units.seconds(self.first)})")
+
+
+def steady(runs: Sequence[Execution]) -> Execution:
+    """One execution standing for ``runs`` of the same plan: per step the median time of the runs after the
+    first, whose one-time costs (kernels loaded, caches cold, a runtime's first allocations) it keeps apart as
+    ``first``; the last run's outputs.  Trials and the cost models are about repeated launches: this is the time
+    to set beside them."""
+    if len(runs) == 1:
+        return runs[0]
+    later = runs[1:]
+    times = tuple(statistics.median(r.step_times[i] for r in later) for i in range(len(runs[0].step_times)))
+    return Execution(runs[-1].outputs, times, statistics.median(r.wall for r in later), runs[0].timed,
+                     runs[0].total, len(later))
 
 
 def _declared(plan: ExecPlan) -> dict[str, tuple[tuple[int, ...], Any]]:

@@ -110,3 +110,32 @@ def test_split_sum_plan_on_opencl_equals_the_reference():
     kernels = [s.kernel for s in c.plan.launches()]
     assert [(k.numel, k.reduce.size) for k in kernels] == [(1024, 1024), (1, 1024)]
     assert any(v.group > 1 for v in seeds(kernels[0], gpu=True))
+
+
+def test_a_run_measures_the_steady_state_and_verifies_every_run(monkeypatch):
+    """The plan runs ``PLAN_RUNS`` times: its measured times are the medians of the reruns (the first run's
+    one-time costs shown apart), and a wrong output in any run fails the verification."""
+    import engine.pipeline as pipeline
+    from engine.plan import Execution, steady
+
+    c = compile_program(load(sample_graphs.path("mlp.small")), [NumpyDevice()], PREDICTED)
+    assert_verified(c)
+    e = c.execution
+    assert e.reruns == pipeline.PLAN_RUNS - 1 and e.first is not None and e.first > 0
+    assert f"median of {e.reruns} reruns; first run " in e.describe()
+    calls = []
+    original = pipeline.execute
+
+    def second_run_wrong(*args, **kwargs):
+        out = original(*args, **kwargs)
+        calls.append(out)
+        if len(calls) == 2:
+            return Execution({k: v + 1 for k, v in out.outputs.items()}, out.step_times, out.wall)
+        return out
+
+    monkeypatch.setattr(pipeline, "execute", second_run_wrong)
+    assert not run(c).ok and len(calls) == pipeline.PLAN_RUNS
+    runs = [Execution({}, (0.0, 9.0, 3.0), 12.0), Execution({}, (0.0, 2.0, 1.0), 3.0), Execution({}, (0.0, 4.0, 5.0), 9.0)]
+    s = steady(runs)
+    assert (s.step_times, s.wall, s.first, s.reruns) == ((0.0, 3.0, 3.0), 6.0, 12.0, 2)
+    assert s.describe() == "6.00 s (median of 2 reruns; first run 12.0 s)" and steady(runs[:1]) is runs[0]

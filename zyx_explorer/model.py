@@ -504,5 +504,5 @@ def result_summary(c: Compilation) -> dict[str, Hashable]:
                        f"{c.plan.coverage()}), predicted {seconds_text(c.plan.predicted)}, "
                        f"peak {bytes_text(c.plan.peak_bytes)}")
     if c.execution is not None:
-        out["measured"] = seconds_text(c.execution.total)
+        out["measured"] = c.execution.describe()
     return out

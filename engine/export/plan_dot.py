@@ -22,7 +22,7 @@ def plan_title(c: Compilation, executed: bool) -> str:
             f"{units.plural(kinds.count('Copy'), 'copy', 'copies')}), "
             f"predicted {units.seconds(plan.predicted)}, peak {units.nbytes(plan.peak_bytes)}")
     if executed and c.execution is not None:
-        text += f", measured {units.seconds(c.execution.total)}"
+        text += f", measured {c.execution.describe()}"
     if executed and c.verification is not None:
         v = c.verification
         text += f", verification {'ok' if v.ok else 'FAILED'} ({units.plural(len(v.outputs), 'output')})"

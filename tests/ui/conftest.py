@@ -59,5 +59,7 @@ def freeze_measurements(app: ExplorerApp) -> None:
     if c.saturation is not None:
         c.saturation.seconds = 0.0
     if c.execution is not None:
-        c.execution = dataclasses.replace(c.execution, step_times=tuple(0.0 for _ in c.execution.step_times))
+        first = None if c.execution.first is None else 0.0
+        c.execution = dataclasses.replace(c.execution, step_times=tuple(0.0 for _ in c.execution.step_times),
+                                          first=first)
     app.main.refresh_panes(refill=True)

@@ -107,7 +107,7 @@ class TestTimeline:
             assert app.check_action("run_what_if", ()) and app.check_action("quit", ())
             text = plain(app.screen.query_one(TimelineView), size[0])
             lines = text.splitlines()
-            assert "measured: each step's time in the run" in lines[0]
+            assert "measured: each step's measured time" in lines[0]
             c = app.session.compilation
             short = app.session.short()
             ((_, t),) = app.session.timelines(app.main.viewed)
@@ -137,7 +137,7 @@ class TestTimeline:
             assert await _until(pilot, lambda: app.session.whatif_run is not None), "the what-if never ran"
             await pilot.pause()
             text = plain(app.screen.query_one(TimelineView), 140)
-            assert "predicted only" not in text and text.count("measured: each step's time in the run") == 2
+            assert "predicted only" not in text and text.count("measured: each step's measured time") == 2
 
 
 def test_bars_are_drawn_where_and_as_long_as_they_ran():

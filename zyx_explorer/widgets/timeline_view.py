@@ -32,7 +32,7 @@ def timeline_text(sections: Sequence[tuple[str, Timeline]], width: int, short: M
     label = max(6, *(len(short.get(n, n)) for _, t in sections for n in (*t.lanes, *(m.pool for m in t.memory))))
     cols = max(10, width - label - 2 - RIGHT)
     for title, t in sections:
-        how = ("measured: each step's time in the run" if t.measured
+        how = ("measured: each step's measured time" if t.measured
                else "predicted only: the plan did not run, bars are the plan's predictions")
         out.append(f"{title}: {units.seconds(t.total)} over {units.plural(len(t.bars), 'launch or copy', 'launches and copies')}"
                    f" ({how})\n", style="bold")
