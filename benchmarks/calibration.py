@@ -11,7 +11,7 @@ tuning all measured again) under the default budget, runs and verifies.  Printed
 
 - per device: what its calibration (the micro-benchmarks on first use) costs, and its first-touch cost;
 - per sample: wall time (in process, imports excluded), tuning time vs budget, launches timed, plan predicted
-  vs measured (the pipeline's one run, and the median of 3 more runs);
+  vs measured (the pipeline's: its first run and the median of its reruns; then the median of 3 more runs);
 - per device: the cost model's error |log2(predicted / measured)| over every (kernel, device) the tuner timed,
   for the prediction made before the kernel's first trial on the device (out of sample) and for each trial's
   prediction made right before it ran (refitted by the trials before it);
@@ -175,7 +175,7 @@ def main() -> None:
         ratios.append(rerun / c.plan.predicted)
         print(f"| {name} | {wall:.1f} s | {c.tune_seconds:.1f} / {c.budget.total:g} s | "
               f"{len(c.plan.launches()) - c.plan.unmeasured} of {len(c.plan.launches())} | {ms(c.plan.predicted)} | "
-              f"{ms(c.execution.total)} | {ms(rerun)} | {rerun / c.plan.predicted:.2f} | "
+              f"{ms(c.execution.first)} / {ms(c.execution.total)} | {ms(rerun)} | {rerun / c.plan.predicted:.2f} | "
               f"{split(c.plan, middle)} | {c.verification.ok if c.verification else '-'} |", flush=True)
         for result in c.tuning.values():
             timed = [t for t in result.trials if t.status == OK and t.seconds]
