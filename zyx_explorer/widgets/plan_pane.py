@@ -45,8 +45,8 @@ class PlanPane(Vertical):
             self.query_one(PlanTable).set_rows(model.plan_rows(plan, measured, s.short()))
         text = (f"{model.plural(len(plan.steps), 'step')}, {model.plural(len(plan.launches()), 'launch', 'launches')} "
                 f"({plan.coverage()}); predicted {model.seconds_text(plan.predicted)}"
-                f"; measured {c.execution.describe() if measured and c.execution else '(not run)'}"
-                f"; peak memory {model.bytes_text(plan.peak_bytes)}")
+                f"; peak memory {model.bytes_text(plan.peak_bytes)}"
+                f"; measured {c.execution.describe() if measured and c.execution else '(not run)'}")
         if s.pins:
             run = s.whatif_run
             text += (f"; pinned: {', '.join(f'c{c}=n{n}' for c, n in s.pins.items())} (what-if: "
