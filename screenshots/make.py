@@ -22,13 +22,13 @@ SIZE = (160, 48)
 
 
 def _output_class(app: ExplorerApp) -> None:
-    app.select_class(next(iter(app.session.compilation.egraph.output_classes().values())), tab=True)
+    app.main.select_class(next(iter(app.session.compilation.egraph.output_classes().values())), tab=True)
 
 
 def _launched_kernel(app: ExplorerApp) -> None:
-    app.action_tab("costs")
+    app.main.action_tab("costs")
     c = app.session.compilation
-    app.query_one("#costs").move_to(c.plan_kernels()[-1].candidate)
+    app.main.query_one("#costs").move_to(c.plan_kernels()[-1].candidate)
 
 
 PANES: dict[str, tuple[list[str], Callable[[ExplorerApp], None] | None]] = {
