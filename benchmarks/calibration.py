@@ -150,7 +150,7 @@ def main() -> None:
         print(f"| {short(d.name)} | {time.perf_counter() - start:.2f} s | {cal.fresh * 1e12:.3g} ps/byte | "
               f"{ms(cal.parallel)} | {cal.cache / 2**20:.3g} MiB | {cal.stream:.3g}x | {cal.bandwidth / 1e9:.3g} GB/s |",
               flush=True)
-    print("\n| sample | wall | tuning / budget | launches timed | plan predicted | measured (run) | measured "
+    print("\n| sample | wall | tuning / budget | launches timed | plan predicted | measured (pipeline: first run / reruns) | measured "
           "(median of 3 more) | measured / predicted | launches: predicted / measured | copies: predicted / measured "
           "| verified |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
