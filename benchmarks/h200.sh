@@ -3,7 +3,8 @@
 # (bash benchmarks/h200.sh --sweep [matmul_sweep.py args...] runs the matmul variant sweep instead;
 #  bash benchmarks/h200.sh --calibration [calibration.py args...] the cost-model calibration and cold compiles;
 #  bash benchmarks/h200.sh --variants [cuda_variants.py args...] every CUDA variant of some workloads' kernels;
-#  bash benchmarks/h200.sh --tests [pytest args...] the GPU tests)
+#  bash benchmarks/h200.sh --tests [pytest args...] the GPU tests;
+#  bash benchmarks/h200.sh --host-launch [SAMPLE ...] a host plan's native launch in each condition, host_launch.py)
 # Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24, graphviz (and tinygrad) in .wheels/ (carried).
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .wheels/*.whl || exit 1
@@ -20,6 +21,9 @@ if [ "${1:-}" = "--calibration" ]; then
 elif [ "${1:-}" = "--variants" ]; then
   shift
   python3 benchmarks/cuda_variants.py "$@"
+elif [ "${1:-}" = "--host-launch" ]; then
+  shift
+  python3 benchmarks/host_launch.py "$@"
 elif [ "${1:-}" = "--tests" ]; then
   shift
   python3 -m pytest --noconftest -q -p no:cacheprovider tests/test_cuda_blas.py tests/test_cuda_gemm.py "$@"
