@@ -1,10 +1,10 @@
 """What a host plan's launch costs next to its trials, by what differs: fresh outputs (dropped or kept), inputs
-from memory, and inside ``execute`` (the native C device; samples whose plan is one host launch).
+from memory, and inside ``execute`` (every launch of a plan for the native C device alone).
 
     python benchmarks/host_launch.py [SAMPLE ...]      # default: elementwise softmax
 
-Per sample, the plan is compiled for the native device alone (tuned, as a user's); then its one launch is timed,
-median of 5 each:
+Per sample, the plan is compiled for the native device alone (tuned, as a user's) and run 5 times; then each of
+its launches is timed alone, median of 5 in each condition:
 - hot: reused outputs, inputs cached (what a trial times);
 - fresh, dropped: each launch on new outputs, freed after it (what calibration's first-touch term timed);
 - fresh, kept: each launch on new outputs, all kept until the end (what a plan's outputs are);
@@ -37,48 +37,53 @@ def median(times: list[float]) -> str:
     return units.seconds(statistics.median(times))
 
 
+def conditions(device, compiled, bench: Bench, evict: Evictor) -> dict[str, list[float]]:
+    """``REPEATS`` launches of ``compiled`` in each condition, taking turns; fresh outputs kept when so named."""
+    kernel = bench.kernel
+
+    def new() -> list:
+        return [device.alloc(b) for b in kernel.output_types]
+
+    reused = new()
+    device.launch(compiled, bench.inputs, reused)
+    kept: list = []
+    rows: dict[str, list[float]] = {k: [] for k in ("hot", "dropped", "kept", "cold", "cold kept")}
+    for _ in range(REPEATS):
+        rows["hot"].append(device.launch(compiled, bench.inputs, reused))
+        outs = new()
+        rows["dropped"].append(device.launch(compiled, bench.inputs, outs))
+        bench.free(outs)
+        outs = new()
+        rows["kept"].append(device.launch(compiled, bench.inputs, outs))
+        kept.append(outs)
+        evict()
+        rows["cold"].append(device.launch(compiled, bench.inputs, reused))
+        evict()
+        outs = new()
+        rows["cold kept"].append(device.launch(compiled, bench.inputs, outs))
+        kept.append(outs)
+    return rows
+
+
 def main(names: list[str]) -> None:
     (device,), note = native.discover()
     evict = Evictor()
-    print(f"native device; note: {note}")
-    print("| sample | hot | fresh, dropped | fresh, kept | cold | cold, fresh kept | in execute | priced |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"native device ({device.driver_version}); note: {note}")
+    print("| sample | launch | hot | fresh, dropped | fresh, kept | cold | cold, fresh kept | in execute | priced |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
         c = compile_program(load(sample_graphs.path(name)), [device], Options(execute=False))
-        (launch,) = [s for s in c.plan.steps if isinstance(s, Launch)]
-        kernel = launch.kernel
-        compiled = device.compile(kernel, launch.variant)
-        bench = Bench(device, kernel)
-
-        def new(kernel=kernel):
-            return [device.alloc(b) for b in kernel.output_types]
-
-        reused = new()
-        device.launch(compiled, bench.inputs, reused)
-        kept: list = []
-        rows = {k: [] for k in ("hot", "dropped", "kept", "cold", "cold kept")}
-        for _ in range(REPEATS):
-            rows["hot"].append(device.launch(compiled, bench.inputs, reused))
-            outs = new()
-            rows["dropped"].append(device.launch(compiled, bench.inputs, outs))
-            bench.free(outs)
-            outs = new()
-            rows["kept"].append(device.launch(compiled, bench.inputs, outs))
-            kept.append(outs)
-            evict()
-            rows["cold"].append(device.launch(compiled, bench.inputs, reused))
-            evict()
-            outs = new()
-            rows["cold kept"].append(device.launch(compiled, bench.inputs, outs))
-            kept.append(outs)
         inputs = dict(c.program.input_values())
-        index = c.plan.steps.index(launch)
         runs = [execute(c.plan, [device], inputs) for _ in range(REPEATS)]
-        in_execute = [r.step_times[index] for r in runs]
-        print(f"| {name} | " + " | ".join(median(t) for t in rows.values())
-              + f" | {median(in_execute)} | {units.seconds(launch.predicted)} |")
-        del kept, runs
-        bench.close()
+        for index, launch in enumerate(c.plan.steps):
+            if not isinstance(launch, Launch):
+                continue
+            bench = Bench(device, launch.kernel)
+            rows = conditions(device, device.compile(launch.kernel, launch.variant), bench, evict)
+            bench.close()
+            in_execute = [r.step_times[index] for r in runs]
+            print(f"| {name} | {launch.name} | " + " | ".join(median(t) for t in rows.values())
+                  + f" | {median(in_execute)} | {units.seconds(launch.predicted)} |", flush=True)
 
 
 if __name__ == "__main__":
