@@ -498,7 +498,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
         for op, kernel in zip(OP_PROBES, probes[1:]):
             c.ops[op] = 0.0
             with contextlib.suppress(Exception):  # an op the device cannot run costs nothing extra
-                c.ops[op] = _op_cost(device, kernel, FRESH_PAIRS)
+                c.ops[op] = _op_cost(device, kernel, OP_PAIRS)
 
 
 def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Variant, tuple[float, ...]]],
@@ -615,6 +615,8 @@ def op_probes() -> list[Kernel]:
 
 OP_PROBE = 1 << 18
 """Elements of each transcendental op's micro-benchmark (1 MiB: its cost, not memory, dominates)."""
+OP_PAIRS = 5
+"""Pairs of launches (an op's probe, then an add's) behind each op's cost."""
 OP_PROBES = ("exp2", "log2", "sin", "cos", "sqrt", "recip")
 """The transcendental ops kernels compute (``exp``, ``tanh``, ``erf`` are lowered to these and arithmetic)."""
 
@@ -659,7 +661,10 @@ SLOW = 0.1
 """Seconds of a micro-benchmark launch that is timed once, not repeated (a slow family's)."""
 
 
-FRESH_PAIRS = 5
+FRESH_PAIRS = 9
+"""Pairs of launches (reused outputs, then fresh ones) behind the first-touch term.  On a VM, fresh memory costs
+many times more in streaks lasting several launches; the median of 9 pairs sat in one far less often than that
+of 5 (benchmarks/RESULTS.md, "Measured plan times are the steady state")."""
 
 
 def _halves(kernel: Kernel) -> list[np.ndarray]:
