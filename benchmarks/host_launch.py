@@ -66,9 +66,9 @@ def conditions(device, compiled, bench: Bench, evict: Evictor) -> dict[str, list
 
 
 def main(names: list[str]) -> None:
-    (device,), note = native.discover()
+    (device,), _ = native.discover()
     evict = Evictor()
-    print(f"native device ({device.driver_version}); note: {note}")
+    print(f"native device ({device.driver_version})")
     print("| sample | launch | hot | fresh, dropped | fresh, kept | cold | cold, fresh kept | in execute | priced |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in names:
