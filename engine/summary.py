@@ -42,6 +42,7 @@ def summary(c: Compilation) -> dict[str, Any]:
         "copies_predicted_s": copies,
         "measured_s": c.execution.total if c.execution is not None else None,
         "first_run_s": c.execution.first if c.execution is not None else None,
+        "reruns": c.execution.reruns if c.execution is not None else 0,
         "tune_s": c.tune_seconds,
         "budget_s": _number(c.budget.total) if c.budget is not None else None,
         "tuning_cancelled": c.cancelled,

@@ -162,6 +162,7 @@ def test_compile_json_reports_the_plan(capsys, tune):
     assert out["predicted_s"] == pytest.approx(sum(launch["predicted_s"] for launch in out["plan"])
                                                + out["copies_predicted_s"])
     assert out["measured_s"] >= sum(launch["measured_s"] for launch in out["plan"]) > 0 and out["first_run_s"] > 0
+    assert out["reruns"] == 2
     assert (out["kernels_tuned"] > 0) is tune and out["tune_s"] >= 0
     assert all({"kernel", "device", "variant", "predicted_s", "measured_s"} <= set(launch) for launch in out["plan"])
 
@@ -170,3 +171,4 @@ def test_compile_prints_the_plan_and_its_coverage(capsys):
     assert main(["compile", str(sample_graphs.path("mlp.small")), "--no-tune", "--no-opencl", "--no-native"]) == 0
     out = capsys.readouterr().out
     assert "plan launches" in out and "launches predicted only" in out and "verified" in out
+    assert "(median of 2 reruns; first run " in out
