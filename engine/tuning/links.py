@@ -35,6 +35,8 @@ from engine.tuning.calibrate import Evictor
 SIZES = (1 << 12, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26)
 """Bytes of the sizes timed: 4 KiB (the fixed cost) to 64 MiB (beyond it, the last segment's rate)."""
 REPEATS = 5
+LARGE_REPEATS = 3
+"""Repeats at 64 MiB and above: kept sources of that size are costly in memory, and 3 suffice at that size."""
 DIRECTIONS = ("up", "down")
 FORMAT = 3
 """The layout of ``links.json``: 3 keeps each direction's measured sizes (a file of an older layout is measured
@@ -46,7 +48,7 @@ def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
     evict = Evictor()
     ups, downs = [], []
     for nbytes in sizes:
-        count = repeats if nbytes < 1 << 26 else min(repeats, 3)  # 3 kept downloads of the largest size suffice
+        count = repeats if nbytes < SIZES[-1] else min(repeats, LARGE_REPEATS)
         sources = [np.arange(nbytes // 4, dtype=np.float32) for _ in range(count)]
         array, buffer = sources[0], Buffer(sources[0].shape, DType.F32)
         device.free(device.upload(array))  # warm-up: the path's staging memory and first-use costs
