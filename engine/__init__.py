@@ -74,7 +74,7 @@ from engine.pipeline import (
     run_what_if,
     what_if,
 )
-from engine.plan import Allocate, Copy, ExecPlan, Execution, Free, Launch
+from engine.plan import Allocate, Copy, ExecPlan, Execution, Free, Launch, StepError
 from engine.program.attrs import to_json_value
 from engine.program.dtypes import DType
 from engine.program.init import Init
@@ -96,7 +96,7 @@ __all__ = [
     "EGraph", "ExecPlan", "Execution", "Explainer", "ExportOptions", "ExportResult", "Extraction", "ExtractionError",
     "ForeignEGraph", "ForeignResult", "Free", "GraphError", "Init", "KernelNode", "Kernelization", "Launch", "Limits",
     "Located", "NodeId", "Options", "Pins", "PrimGraph", "Program", "Progress", "Runner", "Saturation",
-    "SemanticReport", "SizeLimits", "Stage", "StageView", "Tensor", "Term", "Timeline", "TuneResult", "Variant",
+    "SemanticReport", "SizeLimits", "Stage", "StageView", "StepError", "Tensor", "Term", "Timeline", "TuneResult", "Variant",
     "Verification", "WhatIf", "WhatIfRun", "Why",
     "check_memory", "check_semantics", "compare", "compile_program", "compile_stages", "computed", "default_rules",
     "detect", "device_source", "discover", "egraph_document", "evaluate", "explain", "export_all", "export_stage",

@@ -244,6 +244,14 @@ class Execution:
                 f"first run {units.seconds(self.first)})")
 
 
+def identical(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` have one dtype and shape and hold the same bytes (NaN payloads and the signs of
+    zeros included), compared chunk by chunk: no temporary as large as either."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return staging.same_bytes(staging.as_bytes(np.ascontiguousarray(a)), staging.as_bytes(np.ascontiguousarray(b)))
+
+
 def steady(runs: Sequence[Execution]) -> Execution:
     """One execution standing for ``runs`` of the same plan: per step the median time of the runs after the
     first, whose one-time costs (kernels loaded, caches cold, a runtime's first allocations) it keeps apart as
@@ -467,9 +475,7 @@ class Session:
         if array is self._given.get(name):
             return True
         snapshot = self._snapshots.get(name)
-        if snapshot is None or array.dtype != snapshot.dtype or array.shape != snapshot.shape:
-            return False
-        return staging.same_bytes(staging.as_bytes(np.ascontiguousarray(array)), staging.as_bytes(snapshot))
+        return snapshot is not None and identical(array, snapshot)
 
     def _upload(self, name: str, array: np.ndarray, device: Device) -> Any:
         handle = device.upload(array)

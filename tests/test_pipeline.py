@@ -139,3 +139,36 @@ def test_a_run_measures_the_steady_state_and_verifies_every_run(monkeypatch):
     s = steady(runs)
     assert (s.step_times, s.wall, s.first, s.reruns) == ((0.0, 3.0, 3.0), 6.0, 12.0, 2)
     assert s.describe() == "6.00 s (median of 2 reruns; first run 12.0 s)" and steady(runs[:1]) is runs[0]
+
+
+def test_runs_with_the_same_outputs_keep_one_copy_of_them(monkeypatch):
+    """A plan's outputs can be most of the machine's memory: a rerun whose outputs hold the same bytes as an
+    earlier run's keeps that run's arrays, and only those (a signed zero or a NaN payload apart is not the
+    same, and is verified on its own)."""
+    import numpy as np
+
+    import engine.pipeline as pipeline
+    from engine.plan import Execution
+
+    c = compile_program(load(sample_graphs.path("mlp.small")), [NumpyDevice()], PREDICTED)
+    kept = []
+    original = pipeline.execute
+    monkeypatch.setattr(pipeline, "execute", lambda *a, **k: kept.append(original(*a, **k)) or kept[-1])
+    monkeypatch.setattr(pipeline, "steady", lambda runs: kept.extend(runs) or runs[-1])
+    run(c)
+    executed, shared = kept[:pipeline.PLAN_RUNS], kept[pipeline.PLAN_RUNS:]
+    assert all(r.outputs is shared[0].outputs for r in shared)
+    assert executed[1].outputs is not shared[0].outputs  # its own arrays were dropped
+
+    def outputs(*values):
+        return Execution({"y": np.array(values, np.float32)}, (1.0,))
+
+    def nan(payload):
+        return Execution({"y": np.array([np.float32(np.nan).view(np.uint32) ^ payload], np.uint32).view(np.float32)},
+                         (1.0,))
+
+    first, nan0 = outputs(0.0, 1.0), nan(0)
+    assert pipeline._sharing_outputs(outputs(0.0, 1.0), [nan0, first]).outputs is first.outputs
+    assert pipeline._sharing_outputs(nan(0), [first, nan0]).outputs is nan0.outputs
+    for different in (outputs(-0.0, 1.0), nan(1), outputs(0.0), outputs(0.0, 1.0, 2.0)):
+        assert pipeline._sharing_outputs(different, [first, nan0]) is different

@@ -45,6 +45,7 @@ from engine import (
     Runner,
     SizeLimits,
     Stage,
+    StepError,
     check_memory,
     check_semantics,
     compile_program,
@@ -642,7 +643,9 @@ def _run(argv: list[str], err: Console) -> int:
         return _explore(_main_parser().parse_args(argv))
     except GraphError as e:
         return _error(err, str(e))
-    except MemoryError:
+    except (MemoryError, StepError) as e:  # a plan's step that ran out of memory is a StepError caused by one
+        if isinstance(e, StepError) and not isinstance(e.__cause__, MemoryError):
+            raise
         return _error(err, f"{_subject(argv)}: out of memory: the program needs more memory than "
                            "this machine has free")
     except OSError as e:  # an output that became unwritable while compiling (a full disk, a folder removed)

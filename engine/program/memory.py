@@ -2,8 +2,8 @@
 is one located message instead of a MemoryError (or the kernel's OOM killer) after minutes of work.
 
 The estimate is a lower bound of what running it takes: its inputs twice (the plan's copy and the
-reference interpreter's) and every value its nodes compute (the reference keeps them all); the plan's
-own peak is below the latter.  What is available is the smaller of the kernel's ``MemAvailable`` and
+reference interpreter's), the plan's outputs (kept while the reference runs) and every value its nodes
+compute (the reference keeps them all); the plan's own peak is below the latter.  What is available is the smaller of the kernel's ``MemAvailable`` and
 what the address-space limit (``ulimit -v``) still allows this process.
 """
 
@@ -19,9 +19,11 @@ from engine.program.program import Program
 
 
 def needed_bytes(program: Program) -> int:
-    """Bytes of the inputs (twice) and of every node's value."""
+    """Bytes of the inputs (twice), of the outputs and of every node's value."""
     inputs = sum(math.prod(i.shape) * i.dtype.itemsize for i in program.inputs)
-    return 2 * inputs + sum(math.prod(n.shape) * n.dtype.itemsize for n in program.live_nodes())
+    outputs = sum(math.prod(shape) * dtype.itemsize for name, (shape, dtype) in program.types().items()
+                  if name in program.outputs)
+    return 2 * inputs + outputs + sum(math.prod(n.shape) * n.dtype.itemsize for n in program.live_nodes())
 
 
 def available_bytes() -> int | None:
@@ -50,5 +52,5 @@ def check_memory(program: Program, source: str = "", available: int | None = Non
     if available is not None and needed > available:
         inputs = sum(math.prod(i.shape) * i.dtype.itemsize for i in program.inputs)
         raise GraphError(f"running this program needs at least {units.nbytes(needed)} ({units.nbytes(inputs)} of inputs, held twice, "
-                         f"and the values its nodes compute), but only {units.nbytes(available)} of memory are available",
+                         f"its outputs and the values its nodes compute), but only {units.nbytes(available)} of memory are available",
                          "inputs", source)
