@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from test_random_graphs import programs
@@ -59,6 +61,19 @@ def test_numpy_outputs_keep_the_buffers_the_reduce_body_shared_in_place():
     c = compile_program(program, [NumpyDevice()], PREDICTED)
     assert_verified(c)
     assert c.execution.outputs["y"].tolist() == [0.0]
+
+
+@pytest.mark.parametrize("dtype", ["f32", "i32"])
+def test_a_contractions_factor_read_again_by_the_other_keeps_its_buffer(dtype):
+    """``sum(x * sigmoid(x))`` over a computed x (here ``a + b``, or an int cast to float): both factors are read
+    by the dot product after the body, so ``neg(x)`` must not be computed into x's buffer (found by random
+    programs: ``sum(silu(int))`` came out as ``sum(sigmoid(x)**2)``)."""
+    a = Tensor.input("a", (5,), dtype, init=Init("full", {"value": 1}))
+    b = Tensor.input("b", (5,), dtype, init=Init("full", {"value": 0}))
+    for devices in ([NumpyDevice()], [NumpyDevice(), LibraryDevice()]):
+        c = compile_program(from_tensors([(a + b).silu().sum().named("y")]), devices, PREDICTED)
+        assert_verified(c)
+        assert float(c.execution.outputs["y"]) == pytest.approx(5 / (1 + math.exp(-1)), rel=1e-6)
 
 
 @needs_opencl

@@ -272,10 +272,8 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
         if blocks is None:
             factors = None
     dot = _factors(kernel, spans, axes, outer=False) if factors is None else None
-    if kernel.reduce is None:
-        body: tuple[Expr, ...] = ()
-    else:
-        body = tuple(schedule(factors or dot or [kernel.reduce.body]))
+    body_roots: tuple[Expr, ...] = () if kernel.reduce is None else tuple(factors or dot or [kernel.reduce.body])
+    body = tuple(schedule(body_roots))
     outputs = tuple(schedule(kernel.outputs))
     if blocks is None:
         held = [spans[e] for e in (*body, *outputs) if _materialised(e) and not isinstance(e, (Const, Acc))]
@@ -293,20 +291,25 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
             direct[e] = -1 - i
     slots: dict[Expr, int] = dict(direct)
     slot_types: list[tuple[np.dtype, int]] = []
-    _allocate(body, ufuncs, spans, body_shape, slots, slot_types)
-    _allocate(outputs, ufuncs, spans, first + (1,) * len(rdims), slots, slot_types)
+    _allocate(body, body_roots, ufuncs, spans, body_shape, slots, slot_types)
+    _allocate(outputs, kernel.outputs, ufuncs, spans, first + (1,) * len(rdims), slots, slot_types)
     return Plan(kernel, axes, body, outputs, gblocks, rblocks, factors, spans, ufuncs, slots, tuple(slot_types),
                 _pads(kernel), dot)
 
 
-def _allocate(order: Sequence[Expr], ufuncs: dict[Expr, Ufunc], spans: dict[Expr, tuple[int, ...]],
-              shape: tuple[int, ...], slots: dict[Expr, int], types: list[tuple[np.dtype, int]]) -> None:
+def _allocate(order: Sequence[Expr], roots: Sequence[Expr], ufuncs: dict[Expr, Ufunc],
+              spans: dict[Expr, tuple[int, ...]], shape: tuple[int, ...], slots: dict[Expr, int],
+              types: list[tuple[np.dtype, int]]) -> None:
     """Give each ufunc node of ``order`` a workspace buffer, reusing those of nodes no longer needed.
 
-    Nodes of ``order`` that an earlier pass placed (the outputs recompute the body's elementwise nodes) keep
-    their buffers, which may be shared in place (``add(v1, v3)`` writing into ``v1``'s): those buffers are
-    never handed out again in this pass, or a new node would overwrite a value that is still to be read."""
+    ``roots`` are read after the pass (a contraction's two factors, the outputs), so their buffers live to its
+    end even where a later node of ``order`` reads them last (``sum(x * sigmoid(x))``: ``neg(x)`` must not
+    take ``x``'s buffer).  Nodes of ``order`` that an earlier pass placed (the outputs recompute the body's
+    elementwise nodes) keep their buffers, which may be shared in place (``add(v1, v3)`` writing into
+    ``v1``'s): those buffers are never handed out again in this pass, or a new node would overwrite a value
+    that is still to be read."""
     last = {c: i for i, e in enumerate(order) for c in e.children()}
+    last.update((r, len(order)) for r in roots)
     placed = {slots[e] for e in order if slots.get(e, -1) >= 0}
     free: dict[np.dtype, list[int]] = {}
     for i, e in enumerate(order):
