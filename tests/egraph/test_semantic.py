@@ -6,9 +6,11 @@ caught, by the class it broke.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from test_random_graphs import programs
 
 import engine
@@ -194,10 +196,22 @@ def test_random_programs_saturate_soundly(built):
     assert set(classes) == set(program.outputs)
 
 
+def _every_value_finite(program) -> bool:
+    """Whether every primitive value of ``program`` on its inputs is finite (or not a float): where one is not,
+    fast-math rules may give the classes above it different finite values (``0 / 0`` rewritten to 0 in one form
+    and to 1 in another), which their contract allows."""
+    graph = dataclasses.replace(program.lower())
+    graph.outputs = {f"v{i}": i for i in range(len(graph.nodes))}
+    with np.errstate(all="ignore"):
+        values = engine.evaluate(graph, program.input_values())
+    return all(np.isfinite(v).all() for v in values.values() if np.issubdtype(np.asarray(v).dtype, np.floating))
+
+
 @settings(max_examples=100, derandomize=True, deadline=None)
 @given(programs(max_steps=8))
 def test_random_programs_with_fast_math_agree_on_finite_values(built):
     program = built.program
+    assume(_every_value_finite(program))
     eg = from_program(program)
     saturate(eg, default_rules(fast_math=True), RANDOM_LIMITS)
     report = check_semantics(eg, program.input_values(), finite_only=True)
