@@ -3,8 +3,9 @@ is one located message instead of a MemoryError (or the kernel's OOM killer) aft
 
 The estimate is a lower bound of what running it takes: its inputs twice (the plan's copy and the
 reference interpreter's), the plan's outputs (kept while the reference runs) and every value its nodes
-compute (the reference keeps them all); the plan's own peak is below the latter.  What is available is the smaller of the kernel's ``MemAvailable`` and
-what the address-space limit (``ulimit -v``) still allows this process.
+compute (the reference keeps them all); the plan's own peak is below the latter.  What is available is
+the smaller of the kernel's ``MemAvailable`` and what the address-space limit (``ulimit -v``) still
+allows this process.
 """
 
 from __future__ import annotations
