@@ -21,10 +21,10 @@ from engine.program.program import Program
 
 def needed_bytes(program: Program) -> int:
     """Bytes of the inputs (twice), of the outputs and of every node's value."""
-    inputs = sum(math.prod(i.shape) * i.dtype.itemsize for i in program.inputs)
-    outputs = sum(math.prod(shape) * dtype.itemsize for name, (shape, dtype) in program.types().items()
-                  if name in program.outputs)
-    return 2 * inputs + outputs + sum(math.prod(n.shape) * n.dtype.itemsize for n in program.live_nodes())
+    types = program.types()
+    outputs = sum(math.prod(types[name][0]) * types[name][1].itemsize for name in set(program.outputs))
+    return (2 * program.parameter_bytes() + outputs
+            + sum(math.prod(n.shape) * n.dtype.itemsize for n in program.live_nodes()))
 
 
 def available_bytes() -> int | None:
@@ -51,7 +51,6 @@ def check_memory(program: Program, source: str = "", available: int | None = Non
     available = available_bytes() if available is None else available
     needed = needed_bytes(program)
     if available is not None and needed > available:
-        inputs = sum(math.prod(i.shape) * i.dtype.itemsize for i in program.inputs)
-        raise GraphError(f"running this program needs at least {units.nbytes(needed)} ({units.nbytes(inputs)} of inputs, held twice, "
+        raise GraphError(f"running this program needs at least {units.nbytes(needed)} ({units.nbytes(program.parameter_bytes())} of inputs, held twice, "
                          f"its outputs and the values its nodes compute), but only {units.nbytes(available)} of memory are available",
                          "inputs", source)
