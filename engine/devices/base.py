@@ -133,6 +133,9 @@ class Device(ABC):
     """Whether its variants are seeded and priced for a GPU (wide work-groups, staged operands)."""
     tunable: bool = False
     """Whether the tuner searches its variants (``variant_error`` says which run); else it times the default."""
+    barrier_loops: bool = False
+    """Whether a work-group barrier is a loop over the group's work items (a CPU's OpenCL runtime: each costs per
+    item, which calibration measures); a GPU waits at one in hardware."""
     launch_overhead: float = 0.0
     """Nominal seconds per launch, part of its roofline (calibration subtracts it before scaling the rest)."""
     nominal: Nominal | None = None

@@ -199,6 +199,10 @@ class OpenCLDevice(Device):
         return bool(self.device.type & cl.device_type.GPU)
 
     @property
+    def barrier_loops(self) -> bool:  # type: ignore[override]
+        return not self.is_gpu
+
+    @property
     def cache_bytes(self) -> int:
         """The global memory cache (its last level) the runtime reports (the calibrated model's cache term)."""
         return int(self.device.global_mem_cache_size)

@@ -196,6 +196,17 @@ def local_bytes(kernel: Kernel, variant: Variant) -> int:
                for t in staging(kernel, variant))
 
 
+def barriers(kernel: Kernel, variant: Variant) -> int:
+    """Work-group barriers each work item of ``kernel`` in ``variant`` waits at: a group reduce's tree (one before
+    it, one per halving) per reduce split across the group; a staged variant's two per tile of the reduce."""
+    if variant.group > 1:
+        reduces = len(kernel.stages) if kernel.stages else int(kernel.reduce is not None)
+        return reduces * (variant.group.bit_length())
+    if variant.smem and kernel.reduce is not None and staging(kernel, variant):
+        return 2 * math.ceil(kernel.reduce.size / variant.smem)
+    return 0
+
+
 def block(variant: Variant) -> tuple[int, int] | None:
     """(rows, columns) of the 2-D block of work items one work-group covers, or None for row-major order.
 

@@ -59,7 +59,7 @@ from engine.kernel.cost import op_counts
 from engine.kernel.index import Var, add, flatten, scale, var
 from engine.kernel.ir import HOST, Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.lanes import upcast_axes
-from engine.kernel.schedule import DEFAULT_VARIANT, Variant
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant, barriers, launch_size
 from engine.program.dtypes import DType
 from engine.tuning.cache import default_dir, driver
 from engine.tuning.model import predict as roofline
@@ -67,9 +67,9 @@ from engine.tuning.model import predict as roofline
 PRIOR = 2.0
 """Weight, in observations, of the level above when a level's factor is fitted."""
 TRANSCENDENTAL = frozenset({"exp2", "log2", "sin", "cos", "sqrt", "recip", "exp", "log", "tanh", "erf", "pow"})
-FORMAT = 3
+FORMAT = 4
 """Of ``calibration.json``: 2 added first-touch and op costs and the variant families, 3 per-variant kernel fits,
-slopes, and the thread wake-up and cache terms."""
+slopes, and the thread wake-up and cache terms, 4 the barrier term."""
 NEAR = 0.5
 """Weight of a timed variant of the same kernel per parameter in which it differs from the one predicted."""
 SLOPE_RANGE = 4.0
@@ -158,6 +158,9 @@ class Calibration:
     bandwidth: float = 0.0
     """Bytes per second the large copy-like micro-benchmark streams from memory, out of every cache (0: not
     measured): the rate a plan's launch reads its inputs at, at best (see ``output_cost``)."""
+    barrier: float = 0.0
+    """Seconds each work item spends per work-group barrier it waits at (``schedule.barriers``), on a runtime that
+    runs a barrier as a loop over the group's items (``Device.barrier_loops``: a CPU's OpenCL); 0 elsewhere."""
     slopes: dict[str, list[float]] = field(default_factory=dict)
     """By shape: sums over pairs of timed variants of one kernel of (modelled log ratio x measured log ratio,
     modelled log ratio squared), whose quotient is ``slope``."""
@@ -220,7 +223,7 @@ class Calibration:
     def to_json(self) -> dict[str, Any]:
         return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
                 "parallel": self.parallel, "cache": self.cache, "stream": self.stream,
-                "bandwidth": self.bandwidth,
+                "bandwidth": self.bandwidth, "barrier": self.barrier,
                 "device": [self.device.log_sum, self.device.count],
                 "shapes": {k: [f.log_sum, f.count] for k, f in self.shapes.items()},
                 "families": {k: [f.log_sum, f.count] for k, f in self.families.items()}, "ops": self.ops,
@@ -236,13 +239,14 @@ class Calibration:
             return Fit(log_sum, count)
 
         overhead, fresh = float(data["overhead"]), float(data.get("fresh", 0.0))
-        parallel, cache, stream, bandwidth = (float(data.get(k, d)) for k, d in
-                                              (("parallel", 0.0), ("cache", 0.0), ("stream", 1.0), ("bandwidth", 0.0)))
+        parallel, cache, stream, bandwidth, barrier = (
+            float(data.get(k, d)) for k, d in
+            (("parallel", 0.0), ("cache", 0.0), ("stream", 1.0), ("bandwidth", 0.0), ("barrier", 0.0)))
         ops = {str(k): float(v) for k, v in data.get("ops", {}).items()}
-        terms = (overhead, fresh, parallel, cache, bandwidth, *ops.values())
+        terms = (overhead, fresh, parallel, cache, bandwidth, barrier, *ops.values())
         if not all(math.isfinite(x) and x >= 0 for x in terms) or not 1 <= stream < math.inf:
             raise ValueError(f"bad overhead {overhead}, first-touch cost {fresh}, thread wake-up {parallel}, cache "
-                             f"{cache}, stream {stream}, bandwidth {bandwidth} or op costs {ops}")
+                             f"{cache}, stream {stream}, bandwidth {bandwidth}, barrier {barrier} or op costs {ops}")
         def timed(entry: Any) -> tuple[Variant, Timed]:
             variant, log_sum, count, log_work = entry
             f = fit([log_sum, count])
@@ -257,7 +261,7 @@ class Calibration:
         return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
                            kernels, int(data.get("observations", 0)),
                            {k: fit(v) for k, v in data.get("families", {}).items()}, ops, parallel, cache, stream,
-                           bandwidth, slopes)
+                           bandwidth, barrier, slopes)
 
 
 class Calibrations:
@@ -381,9 +385,10 @@ def _footprint(kernel: Kernel) -> int:
 
 def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant, wake: float | None = None) -> float:
     """The seconds of a launch the factor does not scale: the launch, waking threads (``wake``, default
-    ``parallel``: a median launch's), transcendental ops."""
+    ``parallel``: a median launch's), transcendental ops, barriers."""
     woken = (c.parallel if wake is None else wake) if device.workers(kernel, variant) > 1 else 0.0
-    return c.overhead + woken + c.op_seconds(kernel)
+    waits = c.barrier * launch_size(kernel, variant)[0] * barriers(kernel, variant) if c.barrier else 0.0
+    return c.overhead + woken + c.op_seconds(kernel) + waits
 
 
 def _work_part(kernel: Kernel, device: Device, variant: Variant) -> float:
@@ -487,6 +492,9 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
         c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
             _stream(device, c, micro_kernels()[1], copies, wake)
+    if device.barrier_loops:
+        with contextlib.suppress(Exception):  # a device that cannot run it keeps no barrier term
+            c.barrier = _barrier_cost(device)
     for kernel, variant, times in timed:
         seconds = statistics.median(times)
         if device.workers(kernel, variant) > 1 and len(times) >= 3:
@@ -537,6 +545,38 @@ def _cached_copy(cache: float) -> int:
     floats, about an eighth of ``cache``; a power of two (a runtime picks a poor work-group size for a global size
     with small factors only)."""
     return 1 << max(int(math.log2(max(cache, 1) / 8 / 12)), 8)
+
+
+def _barrier_cost(device: Device) -> float:
+    """Seconds per work item per barrier: a group reduce whose every item loads one element (its time mostly the
+    tree's barriers) against a copy of as many elements in work-groups of the same size, each at its best of
+    ``BARRIER_LAUNCHES`` launches (interleaved so that load drifts cancel)."""
+    from engine.tuning.measure import Bench
+
+    group = Variant(group=BARRIER_GROUP)
+    tree, copy = _row_sum(BARRIER_ROWS, BARRIER_GROUP), _elementwise(BARRIER_ROWS * BARRIER_GROUP, "twice")
+    pairs = [(k, device.compile(k, v)) for k, v in ((tree, group), (copy, Variant(local_size=BARRIER_GROUP)))]
+    benches = [Bench(device, k, arrays=_halves(k)) for k, _ in pairs]
+    outs = [[device.alloc(b) for b in k.output_types] for k, _ in pairs]
+    try:
+        best = [math.inf, math.inf]
+        for _ in range(BARRIER_LAUNCHES):
+            for i, ((_, compiled), bench) in enumerate(zip(pairs, benches)):
+                best[i] = min(best[i], device.launch(compiled, bench.inputs, outs[i]))
+    finally:
+        for bench, out in zip(benches, outs):
+            bench.free(out)
+            bench.close()
+    return max(best[0] - best[1], 0.0) / (launch_size(tree, group)[0] * barriers(tree, group))
+
+
+BARRIER_GROUP = 64
+"""Work-group size of the barrier micro-benchmark (the middle of the group sizes the tuner tries; PoCL's cost per
+barrier and item grows with the group: RESULTS.md, "Barriers on a CPU")."""
+BARRIER_ROWS = 1024
+"""Work-groups of the barrier micro-benchmark (65536 items, 7 barriers each)."""
+BARRIER_LAUNCHES = 7
+"""Launches of each of its two kernels (the best counts)."""
 
 
 def _wake_up(device: Device, c: Calibration) -> tuple[float, float]:

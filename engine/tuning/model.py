@@ -2,7 +2,8 @@
 
 A roofline refined by what a variant changes: the number of work items (too
 few cannot fill the device: a reduce to one point on one work item runs on one
-lane), the load instructions a work item issues (lanes of an upcast or tile
+lane; a CPU runtime runs a work item on one thread and vectorises across work
+items, so it fills with far fewer than a GPU), the load instructions a work item issues (lanes of an upcast or tile
 share loads; those that differ by a constant become one vector load), and a
 per-work-item overhead (index arithmetic).  A local-memory (``smem``) variant
 reads its staged operands from global memory once per work-group (each item
@@ -94,7 +95,6 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
     gpu = device.is_gpu
     units = nominal.units
     items = max(launch_size(kernel, variant)[0], 1)
-    fill = min(1.0, items / (units * (2048 if gpu else 64)))
     w = work(kernel)
     loads, _ = load_instructions(kernel, variant)
     itemsize = max((b.dtype.itemsize for b in kernel.inputs), default=4)
@@ -104,10 +104,16 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
         # a CPU runtime (PoCL) vectorises across work items, not a loop inside one: a row kernel's ops (all in
         # its loops) run one lane wide (slower than the unfused chain, whose output kernel vectorises: RESULTS.md)
         ops *= nominal.lanes
-    seconds = max(w.bytes / nominal.bandwidth, items * loads * itemsize / cache_bandwidth, ops / nominal.throughput)
-    if variant.local_size is not None and gpu and variant.local_size < 64:
-        seconds *= 64 / variant.local_size  # small work-groups leave SIMD lanes idle
-    return nominal.overhead + seconds / fill
+    memory = max(w.bytes / nominal.bandwidth, items * loads * itemsize / cache_bandwidth)
+    if gpu:
+        seconds = max(memory, ops / nominal.throughput) / min(1.0, items / (units * 2048))
+        if variant.local_size is not None and variant.local_size < 64:
+            seconds *= 64 / variant.local_size  # small work-groups leave SIMD lanes idle
+    else:  # a thread runs each work item's loops, vectorised across work items: too few leave threads and lanes idle
+        threads = min(1.0, items / units)
+        vectors = threads if kernel.stages else min(1.0, items / (units * nominal.lanes))  # rows: scalar above
+        seconds = max(memory / threads, ops / nominal.throughput / vectors)
+    return nominal.overhead + seconds
 
 
 def suggest(kernel: Kernel, device: Device, model: Callable[[Kernel, Device, Variant], float] | None = None) -> Variant:

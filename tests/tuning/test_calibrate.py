@@ -12,7 +12,7 @@ from engine.devices import NumpyDevice
 from engine.fileio import CacheWarning
 from engine.kernel.cost import op_counts
 from engine.kernel.ir import Kernel, Load, Op, Reduce, schedule
-from engine.kernel.schedule import DEFAULT_VARIANT, Variant
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant, barriers, launch_size
 from engine.program.dtypes import DType
 from engine.tuning.calibrate import (
     FORMAT,
@@ -275,13 +275,13 @@ def test_the_stored_calibration_round_trips_with_every_fitted_and_measured_term(
     device = VariantDevice()
     calibrations = Calibrations(tmp_path, fit=False)
     c = calibrations.get(device)
-    c.overhead, c.parallel, c.cache, c.stream, c.bandwidth = 0.0, 2e-5, 1 << 20, 3.0, 1e10
+    c.overhead, c.parallel, c.cache, c.stream, c.bandwidth, c.barrier = 0.0, 2e-5, 1 << 20, 3.0, 1e10, 1e-9
     k = matmul()
     for v in (Variant(), Variant(unroll=2), Variant(upcast=2, tile=2)):
         calibrations.observe(k, device, v, truth(k, device, v))
     calibrations.save(device)
     data = json.loads((tmp_path / "calibration.json").read_text())
-    assert data["format"] == FORMAT == 3
+    assert data["format"] == FORMAT == 4
     again = Calibrations(tmp_path, fit=False).get(device)
     assert again == c and again.kernels[k.key] and again.slopes
     for v in (Variant(), Variant(unroll=4)):
@@ -329,6 +329,37 @@ def test_calibration_measures_the_thread_wake_up_the_cache_and_the_streaming_rat
     for k in (small, large):  # each predicted from the other shapes' micro-benchmarks alone
         v = Variant()
         assert abs(math.log2(calibrations.predict(k, device, v) / device.launch(device.compile(k, v), [], []))) < 0.5
+
+
+class BarrierDevice(FamilyDevice):
+    """A CPU runtime's OpenCL: every work item pays BARRIER per work-group barrier it waits at, on top of the
+    roofline."""
+
+    BARRIER = 8e-10
+    barrier_loops = True
+
+    def launch(self, compiled, inputs, outputs):
+        k, v = compiled.kernel, compiled.variant
+        return _work_part(k, self, v) + self.BARRIER * launch_size(k, v)[0] * barriers(k, v)
+
+
+def test_calibration_measures_what_a_barrier_costs_each_work_item_and_charges_group_reduces_for_it():
+    device = BarrierDevice()
+    calibrations = Calibrations(persist=False)
+    assert math.isclose(calibrations.get(device).barrier, BarrierDevice.BARRIER, rel_tol=0.05)
+    k = row_sum(4096, 256)
+    for v in (Variant(), Variant(group=16), Variant(group=256)):
+        measured = device.launch(device.compile(k, v), [], [])
+        assert abs(math.log2(calibrations.predict(k, device, v) / measured)) < 0.5
+    assert calibrations.predict(k, device, Variant(group=256)) > 4 * calibrations.predict(k, device, Variant())
+    assert Calibrations(persist=False).get(FamilyDevice()).barrier == 0.0  # barriers in hardware: not measured
+
+
+def test_barriers_count_a_group_reduces_tree_per_split_reduce_and_a_staged_reduces_two_per_tile():
+    k = row_sum(8, 1024)
+    assert barriers(k, Variant()) == 0
+    assert barriers(k, Variant(group=256)) == 9  # one before the tree, one per halving of 256
+    assert barriers(matmul(64, 64, 64), Variant(local_size=64, tile=4, upcast=4, smem=16)) == 2 * 64 // 16
 
 
 class WaitingDevice(CacheDevice):
