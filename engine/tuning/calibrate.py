@@ -5,8 +5,8 @@
 ``overhead`` is the device's measured launch cost.  ``factor`` starts from a level: the geometric mean of
 measured/roofline ratios of the device's kernels, shrunk into that of kernels of its shape (``elementwise``,
 ``transcendental``, ``reduce``, ``matmul``, ``row``), shrunk into that of that shape run in the variant's family
-(``family``: a split reduce, a register tile, an unrolled loop, plain; their speeds next to the roofline differ by
-several times on CPU runtimes); each level is shrunk towards the one above it (a prior worth ``PRIOR``
+(``family``: a split reduce, operands staged in local memory, a register tile, an unrolled loop, plain; their
+speeds next to the roofline differ by several times on CPU runtimes and GPUs); each level is shrunk towards the one above it (a prior worth ``PRIOR``
 observations), so one noisy trial does not swing it.  Once variants of a kernel are timed, each one predicts the
 others from its own measured time, moved by what the model says the change is worth: the levels' difference and
 the roofline's ratio raised to a ``slope`` fitted per shape over pairs of timed variants (a runtime can spread
@@ -92,7 +92,9 @@ def family(variant: Variant) -> str:
     """The code-generation family of ``variant`` whose efficiency is fitted together (per kernel shape)."""
     if variant.group > 1:
         return "group"
-    if variant.upcast * variant.tile > 1 or variant.smem:
+    if variant.smem:  # on a GPU, operands staged in local memory run several times faster than register tiles
+        return "staged"
+    if variant.upcast * variant.tile > 1:
         return "tiled"
     return "unrolled" if variant.unroll > 1 else "plain"
 

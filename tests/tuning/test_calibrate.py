@@ -114,7 +114,7 @@ def test_a_plans_launches_are_priced_with_the_first_touch_of_their_fresh_outputs
         assert math.isclose(launch.predicted, times[launch.kernel.key] + 1e-9 * nbytes)
 
 
-FAMILY_FACTORS = {"plain": 4.0, "unrolled": 2.0, "tiled": 1.0, "group": 0.5}
+FAMILY_FACTORS = {"plain": 4.0, "unrolled": 2.0, "tiled": 1.0, "staged": 0.7, "group": 0.5}
 
 
 class FamilyDevice(NumpyDevice):
