@@ -684,17 +684,21 @@ def _op_cost(device: Device, kernel: Kernel, pairs: int) -> float:
 
 def family_variants(kernel: Kernel, device: Device) -> list[Variant]:
     """The nominal model's best variant of ``kernel`` on ``device`` in each family it can run, best first (at
-    most FAMILIES)."""
+    most FAMILIES), then that of the default's family if it is not among them: the tuner times its best first,
+    and a plan launches the default where it was not tuned (a family never timed takes its shape's factor, which
+    the others set; a CPU's serial reduce ran 4x slower than that: RESULTS.md, "Barriers on a CPU")."""
     from engine.tuning.model import candidates, predict
 
     best: dict[str, tuple[float, str, Variant]] = {}
     for v in candidates(kernel, device):
         best[family(v)] = min(best.get(family(v), (math.inf, "", v)), (predict(kernel, device, v), v.tag, v))
-    return [v for _, _, v in sorted(best.values())][:FAMILIES]
+    ranked = [v for _, _, v in sorted(best.values())]
+    default = best.get(family(DEFAULT_VARIANT))
+    return ranked[:FAMILIES] + ([default[2]] if default and default[2] not in ranked[:FAMILIES] else [])
 
 
 FAMILIES = 2
-"""Families timed per micro-benchmark: the nominal model's best two (the tuner times its best first)."""
+"""Families timed per micro-benchmark besides the default's: the nominal model's best two."""
 COLD_LAUNCHES = 3
 """Launches of the copy-like micro-benchmark timed from memory (``bandwidth`` takes the best)."""
 EVICT_LIMIT = 1 << 29

@@ -2,8 +2,8 @@
 
 A roofline refined by what a variant changes: the number of work items (too
 few cannot fill the device: a reduce to one point on one work item runs on one
-lane; a CPU runtime runs a work item on one thread and vectorises across work
-items, so it fills with far fewer than a GPU), the load instructions a work item issues (lanes of an upcast or tile
+lane; a CPU runtime runs a work-group on one thread and vectorises across its
+work items, so it fills with far fewer than a GPU), the load instructions a work item issues (lanes of an upcast or tile
 share loads; those that differ by a constant become one vector load), and a
 per-work-item overhead (index arithmetic).  A local-memory (``smem``) variant
 reads its staged operands from global memory once per work-group (each item
@@ -94,7 +94,8 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
         return device.predict(kernel, variant)
     gpu = device.is_gpu
     units = nominal.units
-    items = max(launch_size(kernel, variant)[0], 1)
+    items, local = launch_size(kernel, variant)
+    items = max(items, 1)
     w = work(kernel)
     loads, _ = load_instructions(kernel, variant)
     itemsize = max((b.dtype.itemsize for b in kernel.inputs), default=4)
@@ -109,9 +110,9 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
         seconds = max(memory, ops / nominal.throughput) / min(1.0, items / (units * 2048))
         if variant.local_size is not None and variant.local_size < 64:
             seconds *= 64 / variant.local_size  # small work-groups leave SIMD lanes idle
-    else:  # a thread runs each work item's loops, vectorised across work items: too few leave threads and lanes idle
-        threads = min(1.0, items / units)
-        vectors = threads if kernel.stages else min(1.0, items / (units * nominal.lanes))  # rows: scalar above
+    else:  # a thread runs a work-group, vectorised across its work items: too few leave threads and lanes idle
+        threads = min(1.0, math.ceil(items / (local or 1)) / units)
+        vectors = threads if kernel.stages else min(threads, items / (units * nominal.lanes))  # rows: scalar above
         seconds = max(memory / threads, ops / nominal.throughput / vectors)
     return nominal.overhead + seconds
 
