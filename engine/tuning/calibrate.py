@@ -573,8 +573,8 @@ def _barrier_cost(device: Device) -> float:
 
 
 BARRIER_GROUP = 64
-"""Work-group size of the barrier micro-benchmark (the middle of the group sizes the tuner tries; PoCL's cost per
-barrier and item grows with the group: RESULTS.md, "Barriers on a CPU")."""
+"""Work-group size of the barrier micro-benchmark: the middle of the group sizes the tuner tries (PoCL's cost per
+item and barrier differs with the group's size: RESULTS.md, "Barriers and thread fill on a CPU")."""
 BARRIER_ROWS = 1024
 """Work-groups of the barrier micro-benchmark (65536 items, 7 barriers each)."""
 BARRIER_LAUNCHES = 7
@@ -686,7 +686,8 @@ def family_variants(kernel: Kernel, device: Device) -> list[Variant]:
     """The nominal model's best variant of ``kernel`` on ``device`` in each family it can run, best first (at
     most FAMILIES), then that of the default's family if it is not among them: the tuner times its best first,
     and a plan launches the default where it was not tuned (a family never timed takes its shape's factor, which
-    the others set; a CPU's serial reduce ran 4x slower than that: RESULTS.md, "Barriers on a CPU")."""
+    the others set; a CPU's serial reduce ran 4x slower than that: RESULTS.md, "Barriers and thread fill on a
+    CPU")."""
     from engine.tuning.model import candidates, predict
 
     best: dict[str, tuple[float, str, Variant]] = {}
