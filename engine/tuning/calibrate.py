@@ -6,8 +6,8 @@
 measured/roofline ratios of the device's kernels, shrunk into that of kernels of its shape (``elementwise``,
 ``transcendental``, ``reduce``, ``matmul``, ``row``), shrunk into that of that shape run in the variant's family
 (``family``: a split reduce, operands staged in local memory, a register tile, an unrolled loop, plain; their
-speeds next to the roofline differ by several times on CPU runtimes and GPUs); each level is shrunk towards the one above it (a prior worth ``PRIOR``
-observations), so one noisy trial does not swing it.  Once variants of a kernel are timed, each one predicts the
+speeds next to the roofline differ by several times on CPU runtimes and GPUs); each level is shrunk towards the
+one above it (a prior worth ``PRIOR`` observations), so one noisy trial does not swing it.  Once variants of a kernel are timed, each one predicts the
 others from its own measured time, moved by what the model says the change is worth: the levels' difference and
 the roofline's ratio raised to a ``slope`` fitted per shape over pairs of timed variants (a runtime can spread
 variants wider or narrower than the roofline does: one kernel-wide factor, as before, took on the first variant's
@@ -29,9 +29,10 @@ On a loaded machine a launch on several threads may wait a scheduler slice for a
 their best launches, less what those paid.
 
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
-copy-like kernel, a transcendental one in the cache, a reduce and a matmul, each in the best predicted variants of its two
-best predicted families; a copy an eighth of the cache's size against the large one, for ``stream``; two small
-copies on several threads, for ``parallel``; then one small kernel per transcendental op), and every measured
+copy-like kernel, a transcendental one in the cache, a reduce and a matmul, each in the best predicted variants of
+its two best predicted families and of the default's; a copy an eighth of the cache's size against the large one,
+for ``stream``; two small copies on several threads, for ``parallel``; on a runtime whose barriers are loops, a
+group reduce against a copy, for ``barrier``; then one small kernel per transcendental op), and every measured
 trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
 plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs per byte;
 ``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on reused outputs,

@@ -3,9 +3,10 @@
 A roofline refined by what a variant changes: the number of work items (too
 few cannot fill the device: a reduce to one point on one work item runs on one
 lane; a CPU runtime runs a work-group on one thread and vectorises across its
-work items, so it fills with far fewer than a GPU), the load instructions a work item issues (lanes of an upcast or tile
-share loads; those that differ by a constant become one vector load), and a
-per-work-item overhead (index arithmetic).  A local-memory (``smem``) variant
+work items, so it fills with far fewer than a GPU), the load instructions a
+work item issues (lanes of an upcast or tile share loads; those that differ by
+a constant become one vector load), and a per-work-item overhead (index
+arithmetic).  A local-memory (``smem``) variant
 reads its staged operands from global memory once per work-group (each item
 its share of the tiles, vectorised) and from local memory per lane step
 (aligned vector reads, cheaper than a cached global load).  On a CPU a row
