@@ -390,8 +390,9 @@ def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant, wak
     """The seconds of a launch the factor does not scale: the launch, waking threads (``wake``, default
     ``parallel``: a median launch's), transcendental ops, barriers."""
     woken = (c.parallel if wake is None else wake) if device.workers(kernel, variant) > 1 else 0.0
-    waits = c.barrier * launch_size(kernel, variant)[0] * barriers(kernel, variant) if c.barrier else 0.0
-    return c.overhead + woken + c.op_seconds(kernel) + waits
+    waits = barriers(kernel, variant) if c.barrier else 0  # most launches wait at none: no launch size needed
+    barrier = c.barrier * waits * launch_size(kernel, variant)[0] if waits else 0.0
+    return c.overhead + woken + c.op_seconds(kernel) + barrier
 
 
 def _work_part(kernel: Kernel, device: Device, variant: Variant) -> float:
@@ -694,9 +695,9 @@ def family_variants(kernel: Kernel, device: Device) -> list[Variant]:
     best: dict[str, tuple[float, str, Variant]] = {}
     for v in candidates(kernel, device):
         best[family(v)] = min(best.get(family(v), (math.inf, "", v)), (predict(kernel, device, v), v.tag, v))
-    ranked = [v for _, _, v in sorted(best.values())]
+    chosen = [v for _, _, v in sorted(best.values())][:FAMILIES]
     default = best.get(family(DEFAULT_VARIANT))
-    return ranked[:FAMILIES] + ([default[2]] if default and default[2] not in ranked[:FAMILIES] else [])
+    return chosen + ([default[2]] if default and default[2] not in chosen else [])
 
 
 FAMILIES = 2
