@@ -267,3 +267,22 @@ def test_result_json_and_poison():
         assert not np.any(poison(ref) == ref)
     with pytest.raises(ValueError):
         Variant.from_json({"upcast": 2, "bogus": 1})
+
+
+def test_the_model_counts_the_work_groups_a_cpu_runtime_makes_without_a_local_size(device):
+    """What ``runtime_groups`` says against what the runtime did: each work item writes its group's size."""
+    import pyopencl as cl
+
+    from engine.tuning.model import runtime_groups
+
+    if device.is_gpu:
+        pytest.skip("a GPU's fill is counted in work items")
+    program = cl.Program(device.context, "__kernel void size(__global int* o) { o[get_global_id(0)] = get_local_size(0); }")
+    kernel = cl.Kernel(program.build(), "size")
+    queue = cl.CommandQueue(device.context)
+    for items in (1, 7, 24, 64, 100, 129, 1000, 1024, 4100, 65536, 1 << 20):
+        out = cl.Buffer(device.context, cl.mem_flags.WRITE_ONLY, 4 * items)
+        kernel(queue, (items,), None, out)
+        sizes = np.empty(items, np.int32)
+        cl.enqueue_copy(queue, sizes, out)
+        assert runtime_groups(items, device.nominal) == items // sizes[0], items

@@ -114,6 +114,10 @@ class Nominal:
     """Compute units (work-groups that run at once)."""
     lanes: int
     """Preferred float vector width (a CPU runtime vectorises across work items by it)."""
+    group_multiple: int = 1
+    """The work-group size the runtime prefers a multiple of (a kernel's, from the runtime)."""
+    max_group: int = 1
+    """The largest work-group the runtime makes."""
 
 
 class Device(ABC):

@@ -106,6 +106,10 @@ def nominal(device: Any) -> Nominal:
             units=units,
             lanes=lanes,
         )
+    try:  # OpenCL 3.0; older runtimes leave the model one item per group
+        multiple = int(device.get_info(cl.device_info.PREFERRED_WORK_GROUP_SIZE_MULTIPLE))
+    except (cl.Error, AttributeError):
+        multiple = 1
     return Nominal(
         bandwidth=min(units * 8e9, 100e9),
         throughput=units * clock * lanes,
@@ -114,6 +118,8 @@ def nominal(device: Any) -> Nominal:
         transfer_overhead=2e-6,
         units=units,
         lanes=lanes,
+        group_multiple=max(multiple, 1),
+        max_group=max(int(device.max_work_group_size), 1),
     )
 
 

@@ -16,10 +16,11 @@ candidates; ``engine.tuning.calibrate`` fits it to each device.  Host devices (n
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
-from engine.devices.base import Device
+from engine.devices.base import Device, Nominal
 from engine.egraph.egraph import Scalar
 from engine.kernel.cost import work
 from engine.kernel.ir import Const, Kernel, Load, schedule
@@ -112,10 +113,34 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
         if variant.local_size is not None and variant.local_size < 64:
             seconds *= 64 / variant.local_size  # small work-groups leave SIMD lanes idle
     else:  # a thread runs a work-group, vectorised across its work items: too few leave threads and lanes idle
-        threads = min(1.0, math.ceil(items / (local or 1)) / units)
+        # (with no local size, the runtime picks the groups: a few hundred items may make one group, one thread)
+        groups = math.ceil(items / local) if local else runtime_groups(items, nominal)
+        threads = groups / (units * math.ceil(groups / units))  # the last round of groups may leave threads idle
         vectors = threads if kernel.stages else min(threads, items / (units * nominal.lanes))  # rows: scalar above
         seconds = max(memory / threads, ops / nominal.throughput / vectors)
     return nominal.overhead + seconds
+
+
+@functools.lru_cache(maxsize=4096)
+def runtime_groups(items: int, nominal: Nominal) -> int:
+    """Work-groups a CPU runtime (PoCL) makes of ``items`` when the launch gives no local size: the largest
+    multiple of the grain (the preferred multiple's common divisor with ``items``) that divides ``items``, up to
+    ``max_group``; then split to give every compute unit one while they keep 4 preferred multiples or more."""
+    grain = math.gcd(nominal.group_multiple, items)
+    local = max(k * grain for k in _divisors(items // grain) if k * grain <= max(nominal.max_group, grain))
+    smallest = min(4 * nominal.group_multiple, nominal.max_group)
+    while (split := nominal.units // (items // local)) > 1 and local >= split * smallest:
+        split = next((s for s in range(split, 1, -1) if local % s == 0 and (local // s) % grain == 0), 1)
+        if split == 1:
+            break
+        local //= split
+    return items // local
+
+
+def _divisors(n: int) -> list[int]:
+    """Every divisor of ``n`` (a square root's twice)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in small]
 
 
 def suggest(kernel: Kernel, device: Device, model: Callable[[Kernel, Device, Variant], float] | None = None) -> Variant:
