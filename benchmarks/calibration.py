@@ -47,6 +47,8 @@ from engine.tuning import OK
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.search import _Search
 
+from calibration_replay import profile  # noqa: E402 (beside this script)
+
 
 def short(device: str) -> str:
     return device.split("-")[0] if device.startswith("opencl:") else device
@@ -168,7 +170,7 @@ def main() -> None:
         if recorder is not None:
             assert c.calibrations is not None
             fitted = {d: cal.to_json() for d, cal in c.calibrations.by_device.items()}
-            recorded.append((name, fitted, recorder.events))
+            recorded.append((name, fitted, recorder.events, [profile(d, recorder.events) for d in devices]))
         assert c.plan is not None and c.execution is not None and c.budget is not None
         middle = sorted(reruns, key=lambda r: r.total)[len(reruns) // 2]
         rerun = middle.total

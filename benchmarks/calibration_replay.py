@@ -7,7 +7,8 @@ Per sample, each device starts from the recorded calibration's measured terms (o
 costs: what the micro-benchmarks measured) with no fitted factors, then is refitted with every recorded
 measurement in order, as the run did; each trial is predicted right before its refit.  The searches' choices of
 variants stay those of the recorded run (a model that ranks differently would have timed other variants), so
-this scores prediction, not search.  Devices of the recording that are not on this machine are left out.
+this scores prediction, not search.  A device of the recording that is not on this machine is replayed from its
+recorded profile (``RecordedDevice``: what the calibrated model reads of a device), so that a GPU run replays here.
 """
 
 from __future__ import annotations
@@ -17,20 +18,57 @@ import math
 import pickle
 import statistics
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from engine.devices import discover
+from engine.devices.base import Device, Nominal
+from engine.kernel.ir import Kernel
+from engine.kernel.schedule import Variant
 from engine.tuning.calibrate import Calibration, Calibrations, cache_bytes, shape
+
+
+@dataclass
+class RecordedDevice:
+    """What the calibrated model reads of a device, kept by ``calibration.py --record``: its attributes, and its own
+    predictions and thread counts for the (kernel, variant) pairs the recording measured."""
+
+    name: str
+    nominal: Nominal | None
+    is_gpu: bool
+    tunable: bool
+    barrier_loops: bool
+    launch_overhead: float
+    cache_bytes: float
+    pool: str
+    own: dict[tuple[str, Variant], tuple[float, int]] = field(default_factory=dict)
+    """By (kernel key, variant): (the device's own ``predict``, its ``workers``)."""
+
+    def predict(self, kernel: Kernel, variant: Variant) -> float:
+        return self.own[kernel.key, variant][0]
+
+    def workers(self, kernel: Kernel, variant: Variant) -> int:
+        return self.own[kernel.key, variant][1]
+
+
+def profile(device: Device, events: list) -> RecordedDevice:
+    """``device`` as the calibrated model reads it, for the events of ``events`` on it."""
+    own = {(kernel.key, variant): (device.predict(kernel, variant), device.workers(kernel, variant))
+           for _, kernel, name, variant, _ in events if name == device.name}
+    return RecordedDevice(device.name, device.nominal, device.is_gpu, device.tunable, device.barrier_loops,
+                          device.launch_overhead, cache_bytes(device), device.pool, own)
 
 
 def replay(recorded: list, devices: dict, show: bool = False) -> dict[str, tuple[list[float], list[float]]]:
     """Per device: (errors before each kernel's first trial, errors of every trial), |log2(predicted/measured)|;
     ``show``: print every trial."""
     errors: dict[str, tuple[list[float], list[float]]] = {}
-    for sample, fitted, events in recorded:
+    live = devices
+    for sample, fitted, events, *recorded_devices in recorded:
+        if recorded_devices:  # the recording's own devices stand in for those not on this machine
+            devices = {**{d.name: d for d in recorded_devices[0]}, **live}
         calibrations = Calibrations(persist=False, fit=False)
         measured = {d: Calibration.from_json({**data, **_UNFITTED}) for d, data in fitted.items() if d in devices}
         for d, cal in measured.items():
