@@ -38,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from calibration_replay import profile
+
 import sample_graphs
 from engine import load, units
 from engine.devices import discover
@@ -46,8 +48,6 @@ from engine.plan import Copy, ExecPlan, Execution, Launch, execute
 from engine.tuning import OK
 from engine.tuning.calibrate import Calibrations
 from engine.tuning.search import _Search
-
-from calibration_replay import profile  # noqa: E402 (beside this script)
 
 
 def short(device: str) -> str:
