@@ -46,6 +46,11 @@ class Expr:
     def __hash__(self) -> int:
         return self._hash  # type: ignore[attr-defined]
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        """Rebuilt from its fields, so that the hash is computed again: a hash cached in another process (another
+        string-hash seed) would not match the same expression made here."""
+        return type(self), tuple(getattr(self, f) for f in self.__dataclass_fields__)  # type: ignore[attr-defined]
+
     def children(self) -> tuple[Expr, ...]:
         return ()
 

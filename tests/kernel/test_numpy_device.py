@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -905,3 +909,33 @@ def test_small_kernels_run_on_one_thread() -> None:
     small, big = matmul("NN", 8, 8, 8), matmul("NN", 128, 128, 128)
     assert (dev.threads_for(small), dev.threads_for(big)) == (1, 4)
     assert NumpyDevice(threads=4, parallel_elements=0).threads_for(small) == 4
+
+
+PICKLE_A_KERNEL = """
+import pickle, sys
+from engine.egraph.egraph import Scalar
+from engine.kernel.index import Var, add, scale, var
+from engine.kernel.ir import Acc, Buffer, Const, Kernel, Load, Op, Reduce
+from engine.program.dtypes import DType
+F32 = DType.F32
+g, r = Var("g0", 3), Var("r0", 4)
+row = Op("mul", (Load(0, add(scale(var(g), 4), var(r)), 12, F32), Const(Scalar(0.5, F32), F32)), F32)
+k = Kernel((Buffer((3, 4), F32), Buffer((3,), F32)), (3,), (g,), Reduce("sum", (r,), row),
+           (Op("add", (Acc(F32), Load(1, var(g), 3, F32)), F32),))
+sys.stdout.buffer.write(pickle.dumps(k))
+"""
+
+
+def test_a_kernel_pickled_in_another_process_evaluates_the_same() -> None:
+    """Expressions cache their hash; one made under another string-hash seed (a recording made elsewhere) must
+    still match the same expression made here, or the evaluator's tables miss it."""
+    env = {**os.environ, "PYTHONHASHSEED": "1"}
+    made = subprocess.run([sys.executable, "-c", PICKLE_A_KERNEL], env=env, capture_output=True, check=True).stdout
+    check = (f"import json, pickle, numpy as np\nfrom engine.devices.evaluate import evaluate\nk = pickle.loads({made!r})\n"
+             "x, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.float32([1, 2, 3])\n"
+             "print(json.dumps(evaluate(k, [x, b])[0].tolist()))")
+    out = subprocess.run([sys.executable, "-c", check], env={**env, "PYTHONHASHSEED": "2"}, capture_output=True,
+                         text=True)
+    assert out.returncode == 0, out.stderr[-600:]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    assert json.loads(out.stdout) == (x.sum(1) * 0.5 + np.float32([1, 2, 3])).tolist()
