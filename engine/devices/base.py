@@ -95,6 +95,12 @@ class Source:
     text: str
 
 
+GPU_THREADS = 2048
+"""Threads one GPU compute unit (an NVIDIA multiprocessor) holds at once."""
+GPU_GROUPS = 32
+"""Work-groups one GPU compute unit holds at once, at most."""
+
+
 @dataclass(frozen=True)
 class Nominal:
     """Nominal speeds and size of a device whose variants the tuner's work-item roofline prices
@@ -152,6 +158,11 @@ class Device(ABC):
     @abstractmethod
     def unsupported(self, kernel: Kernel) -> str | None:
         """Why this device cannot run ``kernel`` (None when it can): what the explorer shows of a refusal."""
+
+    @property
+    def compute_units(self) -> int:
+        """Work-groups of a GPU's largest size that run at once (its multiprocessors); 1 where unknown."""
+        return self.nominal.units if self.nominal is not None else 1
 
     def supports(self, kernel: Kernel) -> bool:
         """Whether this device can run ``kernel`` at all (dtypes, patterns)."""

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices import staging
-from engine.devices.base import Device, Link, Source
+from engine.devices.base import GPU_THREADS, Device, Link, Source
 from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction, is_contraction_load
 from engine.kernel.index import flatten, var
@@ -44,8 +44,6 @@ NO_CUDA = "install cupy for the CUDA runtime of the machine (`pip install cupy-c
 NOMINAL_LINK = Link.line(20e-6, 4e9)
 """Host<->GPU copies before ``engine.tuning.links`` measures them: a pageable figure, low for the pinned path, so
 that an unmeasured copy is never priced below what it may cost."""
-THREADS = 2048
-"""Threads one multiprocessor holds at once."""
 HOLD = 200e-6
 """Seconds a timed launch keeps the GPU busy ahead of its start event, so that the host's work of queueing the
 launch (cupy's matmul dispatch, NVRTC launches: tens of µs) overlaps it and the events time the GPU's work alone,
@@ -230,6 +228,10 @@ class CublasDevice(Device):
         """Whether copies go through pinned memory (it turns False, for good, where the runtime gives none)."""
         self._stage: np.ndarray | None = None
         self._grids: dict[tuple[str, Variant], tuple[int, int]] = {}
+
+    @property
+    def compute_units(self) -> int:
+        return self.units
 
     @property
     def copies(self) -> str:  # type: ignore[override]
@@ -499,7 +501,7 @@ class CublasDevice(Device):
 
     def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         """``estimate`` over the share of the GPU an NVRTC launch fills: fewer threads than the multiprocessors
-        hold (``THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200); an
+        hold (``GPU_THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200); an
         implicit GEMM by ``_gemm_estimate``."""
         mm = self._matmul(kernel)
         if mm is not None and variant.smem and mm.gemm is not None:
@@ -507,7 +509,7 @@ class CublasDevice(Device):
         if mm is not None:
             return self.estimate(kernel)
         blocks, threads = cuda.grid(kernel, variant)
-        fill = min(1.0, max(blocks * threads, 1) / (self.units * THREADS))
+        fill = min(1.0, max(blocks * threads, 1) / (self.units * GPU_THREADS))
         return self.launch_overhead + (self.estimate(kernel) - self.launch_overhead) / fill
 
     def _gemm_estimate(self, gemm: cuda_gemm.Gemm, variant: Variant) -> float:

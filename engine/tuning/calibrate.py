@@ -31,8 +31,8 @@ their best launches, less what those paid.
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one in the cache, a reduce and a matmul, each in the best predicted variants of
 its two best predicted families and of the default's; a copy an eighth of the cache's size against the large one,
-for ``stream``; two small copies on several threads, for ``parallel``; on a runtime whose barriers are loops, a
-group reduce against a copy, for ``barrier``; then one small kernel per transcendental op), and every measured
+for ``stream``; two small copies on several threads, for ``parallel``; on a runtime whose barriers are loops and on a GPU,
+a group reduce against a copy, for ``barrier``; then one small kernel per transcendental op), and every measured
 trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
 plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs per byte;
 ``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on reused outputs,
@@ -63,14 +63,15 @@ from engine.kernel.lanes import upcast_axes
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant, barriers, launch_size
 from engine.program.dtypes import DType
 from engine.tuning.cache import default_dir, driver
+from engine.tuning.model import group_rounds
 from engine.tuning.model import predict as roofline
 
 PRIOR = 2.0
 """Weight, in observations, of the level above when a level's factor is fitted."""
 TRANSCENDENTAL = frozenset({"exp2", "log2", "sin", "cos", "sqrt", "recip", "exp", "log", "tanh", "erf", "pow"})
-FORMAT = 4
+FORMAT = 5
 """Of ``calibration.json``: 2 added first-touch and op costs and the variant families, 3 per-variant kernel fits,
-slopes, and the thread wake-up and cache terms, 4 the barrier term."""
+slopes, and the thread wake-up and cache terms, 4 the barrier term, 5 the barrier term on GPUs."""
 NEAR = 0.5
 """Weight of a timed variant of the same kernel per parameter in which it differs from the one predicted."""
 SLOPE_RANGE = 4.0
@@ -162,8 +163,10 @@ class Calibration:
     """Bytes per second the large copy-like micro-benchmark streams from memory, out of every cache (0: not
     measured): the rate a plan's launch reads its inputs at, at best (see ``output_cost``)."""
     barrier: float = 0.0
-    """Seconds each work item spends per work-group barrier it waits at (``schedule.barriers``), on a runtime that
-    runs a barrier as a loop over the group's items (``Device.barrier_loops``: a CPU's OpenCL); 0 elsewhere."""
+    """Seconds per work-group barrier waited at (``schedule.barriers``): by each work item, on a runtime that runs
+    a barrier as a loop over the group's items (``Device.barrier_loops``: a CPU's OpenCL); by each round of the
+    work-groups a GPU holds at once (``model.group_rounds``) in a group reduce's tree, whose steps wait on each
+    other (a staged GEMM's barriers overlap other groups' work: not charged); 0 elsewhere."""
     slopes: dict[str, list[float]] = field(default_factory=dict)
     """By shape: sums over pairs of timed variants of one kernel of (modelled log ratio x measured log ratio,
     modelled log ratio squared), whose quotient is ``slope``."""
@@ -390,9 +393,18 @@ def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant, wak
     """The seconds of a launch the factor does not scale: the launch, waking threads (``wake``, default
     ``parallel``: a median launch's), transcendental ops, barriers."""
     woken = (c.parallel if wake is None else wake) if device.workers(kernel, variant) > 1 else 0.0
-    waits = barriers(kernel, variant) if c.barrier else 0  # most launches wait at none: no launch size needed
-    barrier = c.barrier * waits * launch_size(kernel, variant)[0] if waits else 0.0
-    return c.overhead + woken + c.op_seconds(kernel) + barrier
+    return c.overhead + woken + c.op_seconds(kernel) + _barrier_seconds(c, kernel, device, variant)
+
+
+def _barrier_seconds(c: Calibration, kernel: Kernel, device: Device, variant: Variant) -> float:
+    """What ``kernel``'s barriers cost in ``variant`` (``Calibration.barrier``)."""
+    if not c.barrier or not (device.barrier_loops or variant.group > 1):
+        return 0.0
+    waits = barriers(kernel, variant)  # most launches wait at none: no launch size needed
+    if not waits:
+        return 0.0
+    each = launch_size(kernel, variant)[0] if device.barrier_loops else group_rounds(kernel, variant, device)
+    return c.barrier * waits * each
 
 
 def _work_part(kernel: Kernel, device: Device, variant: Variant) -> float:
@@ -496,7 +508,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
         c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
             _stream(device, c, micro_kernels()[1], copies, wake)
-    if device.barrier_loops:
+    if device.barrier_loops or device.is_gpu:
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no barrier term
             c.barrier = _barrier_cost(device)
     for kernel, variant, times in timed:
@@ -552,14 +564,16 @@ def _cached_copy(cache: float) -> int:
 
 
 def _barrier_cost(device: Device) -> float:
-    """Seconds per work item per barrier: a group reduce whose every item loads one element (its time mostly the
-    tree's barriers) against a copy of as many elements in work-groups of the same size, each at its best of
-    ``BARRIER_LAUNCHES`` launches (interleaved so that load drifts cancel)."""
+    """Seconds per barrier (``Calibration.barrier``): a group reduce whose every item loads one element (its time
+    mostly the tree's barriers) against a copy of as many elements in work-groups of the same size, each at its
+    best of ``BARRIER_LAUNCHES`` launches (interleaved so that load drifts cancel), less the roofline's difference
+    between the two."""
     from engine.tuning.measure import Bench
 
-    group = Variant(group=BARRIER_GROUP)
-    tree, copy = _row_sum(BARRIER_ROWS, BARRIER_GROUP), _elementwise(BARRIER_ROWS * BARRIER_GROUP, "twice")
-    pairs = [(k, device.compile(k, v)) for k, v in ((tree, group), (copy, Variant(local_size=BARRIER_GROUP)))]
+    size, rows = (BARRIER_GROUP, BARRIER_ROWS) if device.barrier_loops else (GPU_BARRIER_GROUP, GPU_BARRIER_ROWS)
+    group = Variant(group=size)
+    tree, copy = _row_sum(rows, size), _elementwise(rows * size, "twice")
+    pairs = [(k, device.compile(k, v)) for k, v in ((tree, group), (copy, Variant(local_size=size)))]
     benches = [Bench(device, k, arrays=_halves(k)) for k, _ in pairs]
     outs = [[device.alloc(b) for b in k.output_types] for k, _ in pairs]
     try:
@@ -571,7 +585,9 @@ def _barrier_cost(device: Device) -> float:
         for bench, out in zip(benches, outs):
             bench.free(out)
             bench.close()
-    return max(best[0] - best[1], 0.0) / (launch_size(tree, group)[0] * barriers(tree, group))
+    work = _work_part(tree, device, group) - _work_part(copy, device, Variant(local_size=size))  # the copy's 2x bytes
+    each = launch_size(tree, group)[0] if device.barrier_loops else group_rounds(tree, group, device)
+    return max(best[0] - best[1] - work, 0.0) / (each * barriers(tree, group))
 
 
 BARRIER_GROUP = 64
@@ -579,6 +595,10 @@ BARRIER_GROUP = 64
 item and barrier differs with the group's size: RESULTS.md, "Barriers and thread fill on a CPU")."""
 BARRIER_ROWS = 1024
 """Work-groups of the barrier micro-benchmark (65536 items, 7 barriers each)."""
+GPU_BARRIER_GROUP = 1024
+"""Work-group size of the barrier micro-benchmark on a GPU: the largest, whose tree is the longest."""
+GPU_BARRIER_ROWS = 8192
+"""Its work-groups: tens of rounds on a GPU of 100-odd compute units (8M items, 11 barriers each)."""
 BARRIER_LAUNCHES = 7
 """Launches of each of its two kernels (the best counts)."""
 

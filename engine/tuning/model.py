@@ -20,7 +20,7 @@ import functools
 import math
 from collections.abc import Callable
 
-from engine.devices.base import Device, Nominal
+from engine.devices.base import GPU_GROUPS, GPU_THREADS, Device, Nominal
 from engine.egraph.egraph import Scalar
 from engine.kernel.cost import work
 from engine.kernel.ir import Const, Kernel, Load, schedule
@@ -109,7 +109,7 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
         ops *= nominal.lanes
     memory = max(w.bytes / nominal.bandwidth, items * loads * itemsize / cache_bandwidth)
     if gpu:
-        seconds = max(memory, ops / nominal.throughput) / min(1.0, items / (units * 2048))
+        seconds = max(memory, ops / nominal.throughput) / min(1.0, items / (units * GPU_THREADS))
         if variant.local_size is not None and variant.local_size < 64:
             seconds *= 64 / variant.local_size  # small work-groups leave SIMD lanes idle
     else:  # a thread runs a work-group, vectorised across its work items: too few leave threads and lanes idle
@@ -119,6 +119,15 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
         vectors = threads if kernel.stages else min(threads, items / (units * nominal.lanes))  # rows: scalar above
         seconds = max(memory / threads, ops / nominal.throughput / vectors)
     return nominal.overhead + seconds
+
+
+def group_rounds(kernel: Kernel, variant: Variant, device: Device) -> int:
+    """Rounds of work-groups a GPU runs ``kernel`` in (``variant``'s groups, as many at once as its compute units
+    hold: at most ``GPU_THREADS`` items and ``GPU_GROUPS`` groups each); each round waits at every barrier."""
+    items, local = launch_size(kernel, variant)
+    local = local or 1
+    held = device.compute_units * max(1, min(GPU_THREADS // local, GPU_GROUPS))
+    return math.ceil(math.ceil(items / local) / held)
 
 
 @functools.lru_cache(maxsize=4096)

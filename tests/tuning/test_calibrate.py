@@ -26,6 +26,7 @@ from engine.tuning.calibrate import (
     op_probes,
     shape,
 )
+from engine.tuning.model import group_rounds
 from tests.test_autotune import matmul, row_sum
 
 
@@ -281,7 +282,7 @@ def test_the_stored_calibration_round_trips_with_every_fitted_and_measured_term(
         calibrations.observe(k, device, v, truth(k, device, v))
     calibrations.save(device)
     data = json.loads((tmp_path / "calibration.json").read_text())
-    assert data["format"] == FORMAT == 4
+    assert data["format"] == FORMAT == 5
     again = Calibrations(tmp_path, fit=False).get(device)
     assert again == c and again.kernels[k.key] and again.slopes
     for v in (Variant(), Variant(unroll=4)):
@@ -353,6 +354,36 @@ def test_calibration_measures_what_a_barrier_costs_each_work_item_and_charges_gr
         assert abs(math.log2(calibrations.predict(k, device, v) / measured)) < 0.5
     assert calibrations.predict(k, device, Variant(group=256)) > 4 * calibrations.predict(k, device, Variant())
     assert Calibrations(persist=False).get(FamilyDevice()).barrier == 0.0  # barriers in hardware: not measured
+
+
+class GpuBarrierDevice(FamilyDevice):
+    """A GPU of 4 compute units: each round of the work-groups they hold at once pays BARRIER per barrier of a
+    group reduce's tree, on top of the roofline."""
+
+    BARRIER = 2e-7
+    is_gpu = True
+    compute_units = 4
+
+    def launch(self, compiled, inputs, outputs):
+        k, v = compiled.kernel, compiled.variant
+        tree = group_rounds(k, v, self) * barriers(k, v) if v.group > 1 else 0
+        return _work_part(k, self, v) + self.BARRIER * tree
+
+
+def test_calibration_measures_what_a_gpu_barrier_costs_each_round_of_groups_and_prices_long_trees_above_short():
+    """On a GPU a tree's barriers cost per round of the groups the device holds at once: 1024-item groups (2 at
+    once per unit) wait in 8x the rounds of 128-item ones (16 at once), and at 11 barriers against 8."""
+    device = GpuBarrierDevice()
+    calibrations = Calibrations(persist=False)
+    assert math.isclose(calibrations.get(device).barrier, GpuBarrierDevice.BARRIER, rel_tol=0.05)
+    k = row_sum(8192, 1024)
+    assert group_rounds(k, Variant(group=1024), device) == 1024 and group_rounds(k, Variant(group=128), device) == 128
+    for v in (Variant(), Variant(group=128), Variant(group=1024)):
+        measured = device.launch(device.compile(k, v), [], [])
+        assert abs(math.log2(calibrations.predict(k, device, v) / measured)) < 0.5
+    long, short = (Variant(group=g) for g in (1024, 128))
+    charged = calibrations.predict(k, device, long) - calibrations.predict(k, device, short)
+    assert charged == pytest.approx(GpuBarrierDevice.BARRIER * (1024 * 11 - 128 * 8), rel=0.1)
 
 
 def test_barriers_count_a_group_reduces_tree_per_split_reduce_and_a_staged_reduces_two_per_tile():
