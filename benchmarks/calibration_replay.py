@@ -43,6 +43,7 @@ class RecordedDevice:
     launch_overhead: float
     cache_bytes: float
     pool: str
+    compute_units: int = 1
     own: dict[tuple[str, Variant], tuple[float, int]] = field(default_factory=dict)
     """By (kernel key, variant): (the device's own ``predict``, its ``workers``)."""
 
@@ -58,7 +59,7 @@ def profile(device: Device, events: list) -> RecordedDevice:
     own = {(kernel.key, variant): (device.predict(kernel, variant), device.workers(kernel, variant))
            for _, kernel, name, variant, _ in events if name == device.name}
     return RecordedDevice(device.name, device.nominal, device.is_gpu, device.tunable, device.barrier_loops,
-                          device.launch_overhead, cache_bytes(device), device.pool, own)
+                          device.launch_overhead, cache_bytes(device), device.pool, device.compute_units, own)
 
 
 def replay(recorded: list, devices: dict, show: bool = False) -> dict[str, tuple[list[float], list[float]]]:
