@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from engine import units
 from engine.devices import discover
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
-from engine.tuning.calibrate import Calibrations, _halves, _row_sum
+from engine.tuning.calibrate import Calibrations, halves, row_sum
 from engine.tuning.measure import Bench
 
 SHAPES = [(1, 4096), (1, 1 << 22), (64, 256), (512, 1024), (4096, 256), (2048, 2048)]
@@ -43,11 +43,11 @@ def main() -> None:
         print("| rows x columns | variant | predicted | measured: best | median | log2(pred/median) |")
         print("|---|---|---|---|---|---|")
         for rows, cols in SHAPES:
-            kernel = _row_sum(rows, cols)
+            kernel = row_sum(rows, cols)
             for variant in VARIANTS:
                 if variant.group > cols or device.variant_error(kernel, variant) is not None:
                     continue
-                bench = Bench(device, kernel, arrays=_halves(kernel))
+                bench = Bench(device, kernel, arrays=halves(kernel))
                 outs = [device.alloc(b) for b in kernel.output_types]
                 try:
                     compiled = device.compile(kernel, variant)

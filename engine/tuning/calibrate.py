@@ -428,7 +428,8 @@ def _elementwise(n: int, op: str) -> Kernel:
     return Kernel((Buffer((n,), F32), Buffer((n,), F32)), (n,), (g,), None, (Op(op, (a, b), F32),))
 
 
-def _row_sum(rows: int, cols: int) -> Kernel:
+def row_sum(rows: int, cols: int) -> Kernel:
+    """A micro-benchmark's reduce: the sum of each of ``rows`` rows of ``cols`` floats."""
     g, r = Var("g0", rows), Var("r0", cols)
     body = Load(0, add(scale(var(g), cols), var(r)), rows * cols, F32)
     return Kernel((Buffer((rows, cols), F32),), (rows,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
@@ -445,7 +446,7 @@ def _matmul(n: int) -> Kernel:
 def micro_kernels() -> list[Kernel]:
     """The micro-benchmarks: a tiny launch (overhead first), then one kernel per shape class."""
     return [_elementwise(256, "add"), _elementwise(LARGE, "add"), _elementwise(TRANSCENDENTAL_PROBE, "exp2"),
-            _row_sum(1024, 4096), _matmul(512)]
+            row_sum(1024, 4096), _matmul(512)]
 
 
 TRANSCENDENTAL_PROBE = 1 << 21
@@ -474,7 +475,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
     cold: tuple[Variant, float] | None = None  # the large copy's best launch from memory (CPUs only)
     for kernel, variants in kernels.items():
         try:
-            bench = Bench(device, kernel, arrays=_halves(kernel))
+            bench = Bench(device, kernel, arrays=halves(kernel))
         except Exception:  # a device that cannot run a micro-benchmark keeps the nominal value for it
             continue
         try:
@@ -541,7 +542,7 @@ def _stream(device: Device, c: Calibration, large: Kernel, copies: list[tuple[Va
     best = {v: min(times) for v, times in copies}
     variant = min(best, key=lambda v: (best[v] - _fixed(c, large, device, v, wake)) / _work_part(large, device, v))
     small = _elementwise(_cached_copy(c.cache), "add")
-    bench = Bench(device, small, arrays=_halves(small))
+    bench = Bench(device, small, arrays=halves(small))
     outs = [device.alloc(b) for b in small.output_types]
     try:
         timing = bench.time(device.compile(small, variant), outs, first=0.0, target=0.01, repeats=(10, 30))
@@ -572,9 +573,9 @@ def _barrier_cost(device: Device) -> float:
 
     size, rows = (BARRIER_GROUP, BARRIER_ROWS) if device.barrier_loops else (GPU_BARRIER_GROUP, GPU_BARRIER_ROWS)
     group = Variant(group=size)
-    tree, copy = _row_sum(rows, size), _elementwise(rows * size, "twice")
+    tree, copy = row_sum(rows, size), _elementwise(rows * size, "twice")
     pairs = [(k, device.compile(k, v)) for k, v in ((tree, group), (copy, Variant(local_size=size)))]
-    benches = [Bench(device, k, arrays=_halves(k)) for k, _ in pairs]
+    benches = [Bench(device, k, arrays=halves(k)) for k, _ in pairs]
     outs = [[device.alloc(b) for b in k.output_types] for k, _ in pairs]
     try:
         best = [math.inf, math.inf]
@@ -616,7 +617,7 @@ def _wake_up(device: Device, c: Calibration) -> tuple[float, float]:
         return 0.0, 0.0
     timings = []
     for kernel in (_elementwise(size, "add"), _elementwise(4 * size, "add")):
-        bench = Bench(device, kernel, arrays=_halves(kernel))
+        bench = Bench(device, kernel, arrays=halves(kernel))
         outs = [device.alloc(b) for b in kernel.output_types]
         try:
             # at least 10 launches: a loaded machine's waits come in bursts, and the best one must have waited none
@@ -692,7 +693,7 @@ def _op_cost(device: Device, kernel: Kernel, pairs: int) -> float:
 
     variant = family_variants(kernel, device)[0]
     op, add = (device.compile(k, variant) for k in (kernel, _elementwise(kernel.numel, "twice")))
-    bench = Bench(device, kernel, arrays=_halves(kernel))
+    bench = Bench(device, kernel, arrays=halves(kernel))
     outs = [device.alloc(b) for b in kernel.output_types]
     try:
         device.launch(op, bench.inputs, outs)  # warm-ups
@@ -736,7 +737,7 @@ many times more in streaks lasting several launches; the median of 9 pairs sat i
 of 5 (benchmarks/RESULTS.md, "Measured plan times are the steady state")."""
 
 
-def _halves(kernel: Kernel) -> list[np.ndarray]:
+def halves(kernel: Kernel) -> list[np.ndarray]:
     """Inputs of a micro-benchmark: 0.5 everywhere (in every op's domain; 10x cheaper to make than random ones)."""
     return [np.full(b.shape, 0.5, b.dtype.numpy) for b in kernel.inputs]
 
