@@ -43,6 +43,7 @@ from calibration_replay import profile
 import sample_graphs
 from engine import load, units
 from engine.devices import discover
+from engine.devices.base import Device
 from engine.pipeline import Compilation, Options, compile_program
 from engine.plan import Copy, ExecPlan, Execution, Launch, execute
 from engine.tuning import OK
@@ -56,6 +57,14 @@ def short(device: str) -> str:
 
 def ms(seconds: float | None) -> str:
     return "-" if seconds is None or not math.isfinite(seconds) else units.seconds(seconds)
+
+
+def barrier(device: Device, seconds: float) -> str:
+    """The calibrated barrier cost in its device's unit: per work item on a CPU's OpenCL, per round of groups on a
+    GPU."""
+    if not seconds:
+        return "-"
+    return f"{units.seconds(seconds)} per {'item' if device.barrier_loops else 'round of groups'}"
 
 
 def error(predicted: float, measured: float) -> float:
@@ -145,12 +154,13 @@ def main() -> None:
         devices = [d for d in devices if not d.name.startswith("opencl:") or getattr(d, "is_gpu", False)]
     print("devices:", ", ".join(d.name for d in devices))
     print("\n| device | calibration | first touch of fresh outputs | thread wake-up | cache | out of cache / in it "
-          "| streamed from memory |\n|---|---|---|---|---|---|---|")
+          "| streamed from memory | barrier |\n|---|---|---|---|---|---|---|---|")
     for d in devices:
         start = time.perf_counter()
         cal = Calibrations(persist=False).get(d)
         print(f"| {short(d.name)} | {time.perf_counter() - start:.2f} s | {cal.fresh * 1e12:.3g} ps/byte | "
-              f"{ms(cal.parallel)} | {cal.cache / 2**20:.3g} MiB | {cal.stream:.3g}x | {cal.bandwidth / 1e9:.3g} GB/s |",
+              f"{ms(cal.parallel)} | {cal.cache / 2**20:.3g} MiB | {cal.stream:.3g}x | {cal.bandwidth / 1e9:.3g} GB/s | "
+              f"{barrier(d, cal.barrier)} |",
               flush=True)
     print("\n| sample | wall | tuning / budget | launches timed | plan predicted | measured (pipeline: first run / reruns) | measured "
           "(median of 3 more) | measured / predicted | launches: predicted / measured | copies: predicted / measured "
