@@ -401,10 +401,13 @@ def _barrier_seconds(c: Calibration, kernel: Kernel, device: Device, variant: Va
     if not c.barrier or not (device.barrier_loops or variant.group > 1):
         return 0.0
     waits = barriers(kernel, variant)  # most launches wait at none: no launch size needed
-    if not waits:
-        return 0.0
-    each = launch_size(kernel, variant)[0] if device.barrier_loops else group_rounds(kernel, variant, device)
-    return c.barrier * waits * each
+    return c.barrier * waits * _waiting(kernel, variant, device) if waits else 0.0
+
+
+def _waiting(kernel: Kernel, variant: Variant, device: Device) -> int:
+    """What pays at each barrier of ``kernel`` in ``variant``: every work item on a runtime whose barriers are
+    loops, every round of the work-groups a GPU holds at once."""
+    return launch_size(kernel, variant)[0] if device.barrier_loops else group_rounds(kernel, variant, device)
 
 
 def _work_part(kernel: Kernel, device: Device, variant: Variant) -> float:
@@ -587,8 +590,7 @@ def _barrier_cost(device: Device) -> float:
             bench.free(out)
             bench.close()
     work = _work_part(tree, device, group) - _work_part(copy, device, Variant(local_size=size))  # the copy's 2x bytes
-    each = launch_size(tree, group)[0] if device.barrier_loops else group_rounds(tree, group, device)
-    return max(best[0] - best[1] - work, 0.0) / (each * barriers(tree, group))
+    return max(best[0] - best[1] - work, 0.0) / (_waiting(tree, group, device) * barriers(tree, group))
 
 
 BARRIER_GROUP = 64
