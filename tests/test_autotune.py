@@ -21,14 +21,14 @@ from engine import load
 from engine.devices import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
 from engine.fileio import CacheWarning
-from engine.kernel.index import Var, add, flatten, scale, var
+from engine.kernel.index import Var, flatten, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce
 from engine.kernel.render import opencl as codegen
 from engine.kernel.render.base import CStyleEmitter
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
 from engine.program.dtypes import DType
-from engine.tuning import FAILED, OK, WRONG, Budget, Tuner, TuneResult, predict, suggest, tune
+from engine.tuning import FAILED, OK, WRONG, Budget, Tuner, TuneResult, calibrate, predict, suggest, tune
 from engine.tuning.cache import TuneCache
 from engine.tuning.measure import poison
 
@@ -45,9 +45,7 @@ def device():
 
 def row_sum(rows: int = 4, cols: int = 600) -> Kernel:
     """A long reduce to few outputs: group-reduce seeds apply."""
-    (g,), (r,) = (Var("g0", rows),), (Var("r0", cols),)
-    body = Load(0, add(scale(var(g), cols), var(r)), rows * cols, F32)
-    return Kernel((Buffer((rows, cols), F32),), (rows,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
+    return calibrate.row_sum(rows, cols)
 
 
 def matmul(m: int = 12, n: int = 20, k: int = 9) -> Kernel:
