@@ -11,7 +11,10 @@ its launches is timed alone, median of 5 in each condition:
 - cold: reused outputs, inputs pushed out of the caches first;
 - cold, fresh kept: both;
 - in execute: the launch step of ``execute``, every run's outputs kept.
-Also printed: the plan's price for the launch (its trial time plus ``output_cost``).
+Also printed: the plan's price for the launch (its trial time plus ``output_cost``). Last, in the same
+process, what the calibration's first-touch term reads (``calibrate._first_touch`` on its 64 MiB micro-benchmark,
+each variant it could time it with) beside what each launch above paid per fresh output byte (kept less hot): the
+two should agree if the term prices a plan's first touches.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from engine import load, units
 from engine.devices import native
 from engine.pipeline import Options, compile_program
 from engine.plan import Launch, execute
+from engine.tuning import calibrate
 from engine.tuning.calibrate import Evictor
 from engine.tuning.measure import Bench
 
@@ -65,12 +69,28 @@ def conditions(device, compiled, bench: Bench, evict: Evictor) -> dict[str, list
     return rows
 
 
+def per_byte(seconds: float) -> str:
+    return f"{seconds * 1e12:.1f} ps/byte"
+
+
+def calibration_term(device) -> None:
+    """The calibration's first-touch term, timed 3 times with each variant of its micro-benchmark."""
+    kernel = calibrate.micro_kernels()[1]
+    bench = Bench(device, kernel, arrays=calibrate.halves(kernel))
+    for variant in calibrate.family_variants(kernel, device):
+        compiled = device.compile(kernel, variant)
+        reads = [calibrate._first_touch(device, bench, compiled, calibrate.FRESH_PAIRS) for _ in range(3)]
+        print(f"calibration's first-touch term, `{variant.tag}`: " + ", ".join(per_byte(r) for r in reads))
+    bench.close()
+
+
 def main(names: list[str]) -> None:
     (device,), _ = native.discover()
     evict = Evictor()
     print(f"native device ({device.driver_version})")
     print("| sample | launch | hot | fresh, dropped | fresh, kept | cold | cold, fresh kept | in execute | priced |")
     print("|---|---|---|---|---|---|---|---|---|")
+    paid: list[str] = []
     for name in names:
         c = compile_program(load(sample_graphs.path(name)), [device], Options(execute=False))
         inputs = dict(c.program.input_values())
@@ -84,6 +104,10 @@ def main(names: list[str]) -> None:
             in_execute = [r.step_times[index] for r in runs]
             print(f"| {name} | {launch.name} | " + " | ".join(median(t) for t in rows.values())
                   + f" | {median(in_execute)} | {units.seconds(launch.predicted)} |", flush=True)
+            extra = statistics.median(rows["kept"]) - statistics.median(rows["hot"])
+            paid.append(f"{name} {launch.name}: {per_byte(extra / sum(b.nbytes for b in launch.kernel.output_types))}")
+    print("fresh outputs, kept less hot, per byte: " + "; ".join(paid))
+    calibration_term(device)
 
 
 if __name__ == "__main__":
