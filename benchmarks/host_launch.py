@@ -28,8 +28,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import sample_graphs
 from engine import load, units
 from engine.devices import native
+from engine.egraph.egraph import Scalar
+from engine.kernel.index import Var
+from engine.kernel.ir import Buffer, Const, Kernel
 from engine.pipeline import Options, compile_program
 from engine.plan import Launch, execute
+from engine.program.dtypes import DType
 from engine.tuning import calibrate
 from engine.tuning.calibrate import Evictor
 from engine.tuning.measure import Bench
@@ -74,14 +78,20 @@ def per_byte(seconds: float) -> str:
 
 
 def calibration_term(device) -> None:
-    """The calibration's first-touch term, timed 3 times with each variant of its micro-benchmark."""
-    kernel = calibrate.micro_kernels()[1]
-    bench = Bench(device, kernel, arrays=calibrate.halves(kernel))
-    for variant in calibrate.family_variants(kernel, device):
-        compiled = device.compile(kernel, variant)
-        reads = [calibrate._first_touch(device, bench, compiled, calibrate.FRESH_PAIRS) for _ in range(3)]
-        print(f"calibration's first-touch term, `{variant.tag}`: " + ", ".join(per_byte(r) for r in reads))
-    bench.close()
+    """The calibration's first-touch term, timed 3 times with each variant of its micro-benchmark (``a + b``),
+    then with the same loop on one input (``a + a``) and on none (a fill): whether the reads a launch does
+    beside its first touches hide some of them."""
+    n = calibrate.LARGE
+    g = Var("g0", n)
+    fill = Kernel((Buffer((n,), DType.F32),), (n,), (g,), None, (Const(Scalar(1.0, DType.F32), DType.F32),))
+    for name, kernel in (("a + b", calibrate.micro_kernels()[1]), ("a + a", calibrate._elementwise(n, "twice")),
+                         ("fill", fill)):
+        bench = Bench(device, kernel, arrays=calibrate.halves(kernel))
+        for variant in calibrate.family_variants(kernel, device):
+            compiled = device.compile(kernel, variant)
+            reads = [calibrate._first_touch(device, bench, compiled, calibrate.FRESH_PAIRS) for _ in range(3)]
+            print(f"first-touch term on `{name}`, `{variant.tag}`: " + ", ".join(per_byte(r) for r in reads))
+        bench.close()
 
 
 def main(names: list[str]) -> None:
