@@ -290,7 +290,7 @@ def test_invalid_links_are_dropped_and_measured_again(tmp_path, monkeypatch, way
 
     monkeypatch.setattr(links, "measure", functools.partial(links.measure, sizes=(1 << 12, 1 << 16)))
     entry = {"up": GOOD_WAY, "down": GOOD_WAY, bad: way}
-    (tmp_path / "links.json").write_text(json.dumps({"format": 3, "links": {"numpy|x": entry}}))
+    (tmp_path / "links.json").write_text(json.dumps({"format": links.FORMAT, "links": {"numpy|x": entry}}))
     with pytest.warns(CacheWarning, match="invalid entries"):
         link = LinkCache(tmp_path).link(NumpyDevice())  # measured again (host pool)
     for one in (link.up, link.down):
@@ -309,7 +309,7 @@ def test_links_of_an_older_layout_are_measured_again_without_a_warning(tmp_path,
     with warnings.catch_warnings():
         warnings.simplefilter("error", CacheWarning)
         link = LinkCache(tmp_path).link(device)
-    assert link.up != Link.line(1e-5, 1e9) and json.loads((tmp_path / "links.json").read_text())["format"] == 3
+    assert link.up != Link.line(1e-5, 1e9) and json.loads((tmp_path / "links.json").read_text())["format"] == links.FORMAT
 
 
 def test_a_corrupt_native_object_is_rebuilt_not_loaded(tmp_path):

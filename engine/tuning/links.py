@@ -5,7 +5,9 @@ warm-up; each direction's ``Link`` joins the sizes' times by straight lines (one
 largest size missed the copies of a few MiB: they go in more, smaller staging chunks).  The copies go through the
 device's own ``upload`` and ``download``, so they time the path its copies take (pinned staging or pageable
 arrays).  They copy what a plan copies: each upload reads an array of its own, out of the CPU's caches (a plan's
-inputs were written long before, and a large last-level cache would otherwise hold them all), and every download
+inputs were written long before, and a large last-level cache would otherwise hold them all) with the copy path
+awake (a tiny upload first: the eviction leaves the runtime idle, and a copy after an idle spell pays its
+threads' or the GPU's wake-up, which a plan's copies, run back to back with its other steps, do not), and every download
 is kept until the measurement ends, as a plan's outputs outlive its run: each one fills fresh host memory, not the
 pages the previous one left.  The links are kept per device, driver and copy path (``Device.copies``) in
 ``links.json`` beside the tuning cache, so a machine measures each device once, and again when its copies change
@@ -38,14 +40,15 @@ REPEATS = 5
 LARGE_REPEATS = 3
 """Repeats at 64 MiB and above: kept sources of that size are costly in memory, and 3 suffice at that size."""
 DIRECTIONS = ("up", "down")
-FORMAT = 3
-"""The layout of ``links.json``: 3 keeps each direction's measured sizes (a file of an older layout is measured
-again, silently)."""
+FORMAT = 4
+"""The layout of ``links.json``: 3 keeps each direction's measured sizes, 4 its uploads timed with the path awake
+(a file of an older layout is measured again, silently)."""
 
 
 def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> PoolLink:
     """Time uploads and downloads of ``sizes`` bytes through ``device``'s pool; a ``Link`` for each direction."""
     evict = Evictor()
+    wake = np.zeros(16, np.float32)
     ups, downs = [], []
     for nbytes in sizes:
         count = repeats if nbytes < SIZES[-1] else min(repeats, LARGE_REPEATS)
@@ -55,6 +58,7 @@ def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
         up_times = []
         for source in sources:
             evict()  # out of the caches, as a plan's input is
+            device.free(device.upload(wake))  # but the path awake, as in a plan
             start = time.perf_counter()
             handle = device.upload(source)
             up_times.append(time.perf_counter() - start)

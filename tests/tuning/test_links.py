@@ -62,6 +62,44 @@ def test_transfer_time_uses_measured_links_through_the_host_and_nominal_ones_els
     assert nominal(10**6, "host", device.pool) == device.transfer_estimate(10**6)
 
 
+class _Dozing(NumpyDevice):
+    """Host memory as a pool of its own whose copy path dozes off while the CPU's caches are evicted (the
+    eviction is all the host does meanwhile), and whose first upload after that takes 50 ms to wake it."""
+
+    pool = "dozing"
+
+    def __init__(self) -> None:
+        super().__init__(threads=1)
+        self.asleep = False
+        self.evictions = 0
+        self.woken_by = []
+
+    def upload(self, array):
+        if self.asleep:
+            time.sleep(0.05)
+            self.asleep = False
+            self.woken_by.append(array.nbytes)
+        return np.array(array)
+
+    def free(self, handle):
+        pass
+
+
+def test_uploads_are_timed_from_memory_with_the_copy_path_awake(monkeypatch):
+    device = _Dozing()
+
+    class Evictor:
+        def __call__(self):
+            device.evictions += 1
+            device.asleep = True
+
+    monkeypatch.setattr(links, "Evictor", Evictor)
+    link = measure(device, sizes=(1 << 12, 1 << 20), repeats=3)
+    assert device.evictions == 6  # before each timed upload
+    assert max(device.woken_by) < 1 << 12  # each time by a tiny copy, never by a timed one
+    assert link.up.seconds(1 << 12) < 0.04 and link.up.seconds(1 << 20) < 0.04  # so no timed one paid the 50 ms
+
+
 @needs_opencl
 def test_measure_times_each_size_on_a_real_device():
     link = measure(CPU_OPENCL[0], sizes=(1 << 12, 1 << 18, 1 << 22), repeats=3)
