@@ -32,6 +32,8 @@ from engine.tuning.measure import mismatch, tolerance
 from kernel.test_opencl import (  # noqa: F401  (collected here again, on the native device)
     VARIANTS,
     check,
+    check_all_variants,
+    random_inputs,
     run,
     sample,
     test_cast_to_f16_rounds_before_later_ops,
@@ -137,16 +139,9 @@ def test_tuned_plan_launches_native_variants(device):
 def test_every_variant_matches_the_evaluator(device):
     """The OpenCL tests' kernels in every variant the native device takes, built in one call, against numpy."""
     kernels = variant_kernels()
-    items = [(k, v) for k in kernels.values() for v in [DEFAULT_VARIANT, *VARIANTS] if device.variant_error(k, v) is None]
-    assert {v.group > 1 for _, v in items} == {True, False} and len(items) > 5 * len(kernels)
-    device.compile_many(items)
-    for name, k in kernels.items():
-        arrays = [sample(b.dtype, b.shape, seed=i) for i, b in enumerate(k.inputs)]
-        want = evaluate(k, arrays)
-        for v in [v for kk, v in items if kk is k]:
-            got = run(device, k, *arrays, variant=v)
-            assert [g.dtype for g in got] == [w.dtype for w in want]
-            assert mismatch(got, want, *tolerance(k)) is None, f"{name} {v}: {mismatch(got, want, *tolerance(k))}"
+    taken = check_all_variants(device, kernels, [DEFAULT_VARIANT, *VARIANTS], random_inputs)
+    assert {v.group > 1 for vs in taken.values() for v in vs} == {True, False}
+    assert sum(len(vs) for vs in taken.values()) > 5 * len(kernels)
 
 
 # -- threads, vector loops, variants on big kernels ---------------------------------------
@@ -156,17 +151,8 @@ def test_big_kernels_every_variant(device):
     """Threaded and vectorised loops, split and reassociated reduces, dynamic chunks: all equal the evaluator."""
     variants = [DEFAULT_VARIANT, Variant(upcast=4), Variant(unroll=4), Variant(group=64), Variant(local_size=16),
                 Variant(local_size=64, unroll=4), Variant(group=8)]
-    kernels = big_kernels()
-    items = [(k, v) for k in kernels.values() for v in variants if device.variant_error(k, v) is None]
-    device.compile_many(items)
-    for name, k in kernels.items():
-        arrays = [sample(b.dtype, b.shape, seed=i) for i, b in enumerate(k.inputs)]
-        want = evaluate(k, arrays)
-        tried = [v for kk, v in items if kk is k]
-        assert len(tried) >= 3, (name, tried)
-        for v in tried:
-            got = run(device, k, *arrays, variant=v)
-            assert mismatch(got, want, *tolerance(k)) is None, f"{name} {v}: {mismatch(got, want, *tolerance(k))}"
+    taken = check_all_variants(device, big_kernels(), variants, random_inputs)
+    assert min(len(vs) for vs in taken.values()) >= 3, taken
 
 
 def test_source_shapes(device):

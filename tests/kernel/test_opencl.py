@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -556,20 +557,9 @@ def variant_kernels() -> dict[str, Kernel]:
 def test_every_variant_matches_the_evaluator(device):
     """Every applicable variant of every kernel above, built in one program, against the numpy evaluator."""
     kernels = variant_kernels()
-    items = [(k, v) for k in kernels.values() for v in [DEFAULT_VARIANT, *VARIANTS] if device.variant_error(k, v) is None]
-    assert {v.group > 1 for _, v in items} == {True, False} and len(items) > 8 * len(kernels)
-    from engine.tuning.measure import mismatch, tolerance
-
-    device.compile_many(items)
-    for name, k in kernels.items():
-        arrays = [sample(b.dtype, b.shape, seed=i) for i, b in enumerate(k.inputs)]
-        want = evaluate(k, arrays)
-        tried = [v for kk, v in items if kk is k]
-        assert len(tried) >= 4, (name, tried)
-        for v in tried:
-            got = run(device, k, *arrays, variant=v)
-            assert [g.dtype for g in got] == [w.dtype for w in want]
-            assert mismatch(got, want, *tolerance(k)) is None, f"{name} {v}: {mismatch(got, want, *tolerance(k))}"
+    taken = check_all_variants(device, kernels, [DEFAULT_VARIANT, *VARIANTS], random_inputs)
+    assert min(len(vs) for vs in taken.values()) >= 4 and sum(len(vs) for vs in taken.values()) > 8 * len(kernels)
+    assert {v.group > 1 for vs in taken.values() for v in vs} == {True, False}
 
 
 def test_variant_source_shapes():
@@ -674,18 +664,33 @@ def smem_kernels() -> dict[str, Kernel]:
     return out
 
 
-def check_variants(device, kernel: Kernel, variants: list[Variant], seed: int = 0) -> int:
-    """Run every applicable variant of ``variants`` on exact inputs against the numpy evaluator; returns how many."""
+def random_inputs(kernel: Kernel) -> list[np.ndarray]:
+    """Normal floats (sums inexact: the tolerance is tested too), ints in [-100, 100), bools."""
+    return [sample(b.dtype, b.shape, seed=i) for i, b in enumerate(kernel.inputs)]
+
+
+def check_all_variants(device, kernels: dict[str, Kernel], variants: list[Variant],
+                       inputs: Callable[[Kernel], list[np.ndarray]] | None = None) -> dict[str, list[Variant]]:
+    """Every variant of ``variants`` that ``device`` takes for each kernel, all built in one program, against the
+    numpy evaluator (dtypes and values) on ``inputs(kernel)`` (default: exact multiples of 1/4, whose sums are
+    exact in any order); the variants each kernel took, by name."""
     from engine.tuning.measure import mismatch, sample_inputs, tolerance
 
-    ok = [v for v in variants if device.variant_error(kernel, v) is None]
-    device.compile_many([(kernel, v) for v in ok])
-    arrays = sample_inputs(kernel, seed)  # multiples of 1/4: sums exact in any order
-    want = evaluate(kernel, arrays)
-    for v in ok:
-        got = run(device, kernel, *arrays, variant=v)
-        assert mismatch(got, want, *tolerance(kernel)) is None, f"{kernel.name} {v}: {mismatch(got, want, *tolerance(kernel))}"
-    return len(ok)
+    taken = {name: [v for v in variants if device.variant_error(k, v) is None] for name, k in kernels.items()}
+    device.compile_many([(kernels[name], v) for name, ok in taken.items() for v in ok])
+    for name, k in kernels.items():
+        arrays = (inputs or sample_inputs)(k)
+        want = evaluate(k, arrays)
+        for v in taken[name]:
+            got = run(device, k, *arrays, variant=v)
+            assert [g.dtype for g in got] == [w.dtype for w in want]
+            assert mismatch(got, want, *tolerance(k)) is None, f"{name} {v}: {mismatch(got, want, *tolerance(k))}"
+    return taken
+
+
+def check_variants(device, kernel: Kernel, variants: list[Variant]) -> int:
+    """``check_all_variants`` for one kernel on exact inputs; how many variants it took."""
+    return len(check_all_variants(device, {kernel.name: kernel}, variants)[kernel.name])
 
 
 def test_smem_variants_match_the_evaluator(device):
