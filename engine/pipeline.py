@@ -549,13 +549,18 @@ def _sharing_outputs(run: Execution, earlier: Sequence[Execution]) -> Execution:
 
 def feed_back(c: Compilation, execution: Execution) -> None:
     """Refit the devices' cost models with the plan's measured launches, less what trials do not pay
-    (``Calibrations.output_cost`` of the time the model predicts for a trial)."""
+    (``Calibrations.output_cost`` of the time the model predicts for a trial); and keep what each measured
+    launch into a large host output paid more than its trial, per output byte, as an observed first touch
+    (``Calibration.observe_touch``: the calibrations loaded next use it, this compilation keeps its prices)."""
     if c.calibrations is None or c.plan is None:
         return
     by_name = {d.name: d for d in c.devices}
+    trials = {(kn.candidate, kn.device): t for kn, t in c.kernel_times.items() if c.measured(kn)}
     for step, seconds in zip(c.plan.steps, execution.step_times):
         if isinstance(step, Launch):
             device = by_name[step.device]
+            if (candidate := (step.candidate, step.device)) in trials:
+                c.calibrations.observe_first_touch(step.kernel, device, trials[candidate], seconds)
             trial = c.calibrations.predict(step.kernel, device, step.variant)
             extra = c.calibrations.output_cost(step.kernel, device, trial)
             c.calibrations.observe(step.kernel, device, step.variant, max(seconds - extra, 0.5 * seconds))

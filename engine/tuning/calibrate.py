@@ -36,8 +36,9 @@ a group reduce against a copy, for ``barrier``; then one small kernel per transc
 trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
 plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs per byte;
 ``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on reused outputs,
-interleaved), and ``output_cost`` charges it and the ``bandwidth`` floor to a plan's launch.  Fits are kept per
-device and driver in ``calibration.json`` beside ``links.json``.
+interleaved) and then by executed plans' launches into large host outputs (``observe_touch``), and
+``output_cost`` charges it and the ``bandwidth`` floor to a plan's launch.  Fits are kept per device and driver in
+``calibration.json`` beside ``links.json``.
 """
 
 from __future__ import annotations
@@ -69,9 +70,15 @@ from engine.tuning.model import predict as roofline
 PRIOR = 2.0
 """Weight, in observations, of the level above when a level's factor is fitted."""
 TRANSCENDENTAL = frozenset({"exp2", "log2", "sin", "cos", "sqrt", "recip", "exp", "log", "tanh", "erf", "pow"})
-FORMAT = 5
+FORMAT = 6
 """Of ``calibration.json``: 2 added first-touch and op costs and the variant families, 3 per-variant kernel fits,
-slopes, and the thread wake-up and cache terms, 4 the barrier term, 5 the barrier term on GPUs."""
+slopes, and the thread wake-up and cache terms, 4 the barrier term, 5 the barrier term on GPUs, 6 the first-touch
+observations (``touches``) in place of one measured cost."""
+TOUCHES = 9
+"""First-touch observations kept per device (the oldest plan's go first; the micro-benchmark's stays)."""
+ALWAYS_FRESH = 32 << 20
+"""Bytes above which a host output is always new pages (glibc's largest mmap threshold): smaller ones may reuse
+freed heap memory, whose first touch is already paid, so only larger ones tell what a first touch costs."""
 NEAR = 0.5
 """Weight of a timed variant of the same kernel per parameter in which it differs from the one predicted."""
 SLOPE_RANGE = 4.0
@@ -141,7 +148,8 @@ class Calibration:
 
     overhead: float
     fresh: float = 0.0
-    """Seconds per byte a launch spends more writing a freshly allocated output than a reused one."""
+    """Seconds per byte a launch spends more writing a freshly allocated output than a reused one: the median of
+    ``touches`` when this calibration was loaded or fitted (a compilation keeps the value it planned with)."""
     device: Fit = field(default_factory=Fit)
     shapes: dict[str, Fit] = field(default_factory=dict)
     kernels: dict[str, dict[Variant, Timed]] = field(default_factory=dict)
@@ -170,6 +178,15 @@ class Calibration:
     slopes: dict[str, list[float]] = field(default_factory=dict)
     """By shape: sums over pairs of timed variants of one kernel of (modelled log ratio x measured log ratio,
     modelled log ratio squared), whose quotient is ``slope``."""
+    touches: list[float] = field(default_factory=list)
+    """Seconds per byte of fresh outputs' first touches observed: the micro-benchmark's first, then those of
+    executed plans' launches (at most ``TOUCHES``).  The micro-benchmark drops each output it makes; a plan's caller
+    keeps them, and on some hosts that costs several times more per byte (benchmarks/RESULTS.md, "The GPU host
+    after the change")."""
+
+    def observe_touch(self, seconds_per_byte: float) -> None:
+        """Keep a plan launch's observed first-touch cost for the calibrations loaded after this one."""
+        self.touches = self.touches[:1] + self.touches[1:][-(TOUCHES - 2):] + [seconds_per_byte]
 
     def memory(self, kernel: Kernel) -> float:
         """``stream`` raised to the fraction of ``kernel``'s working set that misses the cache: 0 up to the cached
@@ -227,7 +244,7 @@ class Calibration:
         return level * math.exp(near)
 
     def to_json(self) -> dict[str, Any]:
-        return {"overhead": self.overhead, "fresh": self.fresh, "observations": self.observations,
+        return {"overhead": self.overhead, "touches": self.touches, "observations": self.observations,
                 "parallel": self.parallel, "cache": self.cache, "stream": self.stream,
                 "bandwidth": self.bandwidth, "barrier": self.barrier,
                 "device": [self.device.log_sum, self.device.count],
@@ -244,12 +261,14 @@ class Calibration:
                 raise ValueError(f"bad fit {pair}")
             return Fit(log_sum, count)
 
-        overhead, fresh = float(data["overhead"]), float(data.get("fresh", 0.0))
+        overhead = float(data["overhead"])
+        touches = [float(x) for x in data["touches"]] if "touches" in data else [float(data.get("fresh", 0.0))]
+        fresh = statistics.median(touches) if touches else 0.0  # a recording of format 5 or older keeps "fresh"
         parallel, cache, stream, bandwidth, barrier = (
             float(data.get(k, d)) for k, d in
             (("parallel", 0.0), ("cache", 0.0), ("stream", 1.0), ("bandwidth", 0.0), ("barrier", 0.0)))
         ops = {str(k): float(v) for k, v in data.get("ops", {}).items()}
-        terms = (overhead, fresh, parallel, cache, bandwidth, barrier, *ops.values())
+        terms = (overhead, *touches, parallel, cache, bandwidth, barrier, *ops.values())
         if not all(math.isfinite(x) and x >= 0 for x in terms) or not 1 <= stream < math.inf:
             raise ValueError(f"bad overhead {overhead}, first-touch cost {fresh}, thread wake-up {parallel}, cache "
                              f"{cache}, stream {stream}, bandwidth {bandwidth}, barrier {barrier} or op costs {ops}")
@@ -267,7 +286,7 @@ class Calibration:
         return Calibration(overhead, fresh, fit(data["device"]), {k: fit(v) for k, v in data["shapes"].items()},
                            kernels, int(data.get("observations", 0)),
                            {k: fit(v) for k, v in data.get("families", {}).items()}, ops, parallel, cache, stream,
-                           bandwidth, barrier, slopes)
+                           bandwidth, barrier, slopes, touches)
 
 
 class Calibrations:
@@ -339,9 +358,22 @@ class Calibrations:
         its fresh outputs; and, where the trial ran faster than its inputs stream from memory (launch after launch
         on the same buffers, it found them cached), the rest of that streaming time: a plan's launch reads them
         from memory (a program input, an upload, a kernel's output some launches ago)."""
+        return self.get(device).fresh * sum(b.nbytes for b in kernel.output_types) + self._streaming(kernel, device, seconds)
+
+    def _streaming(self, kernel: Kernel, device: Device, seconds: float) -> float:
+        """Seconds ``kernel``'s inputs take to stream from memory beyond a trial's ``seconds``."""
         c = self.get(device)
         stream = sum(b.nbytes for b in kernel.inputs) / c.bandwidth if c.bandwidth > 0 else 0.0
-        return c.fresh * sum(b.nbytes for b in kernel.output_types) + max(stream - seconds, 0.0)
+        return max(stream - seconds, 0.0)
+
+    def observe_first_touch(self, kernel: Kernel, device: Device, trial: float, seconds: float) -> None:
+        """A plan's launch of ``kernel`` took ``seconds`` where its trials took ``trial``: if its outputs are host
+        memory of always new pages, what it paid more than the trial and its inputs' streaming, per output byte,
+        is an observed first touch (``Calibration.touches``)."""
+        nbytes = sum(b.nbytes for b in kernel.output_types)
+        if device.pool == HOST and nbytes > ALWAYS_FRESH:
+            extra = seconds - trial - self._streaming(kernel, device, trial)
+            self.get(device).observe_touch(max(extra, 0.0) / nbytes)
 
     def observe(self, kernel: Kernel, device: Device, variant: Variant, seconds: float) -> None:
         """Refit ``device`` with a measured launch (less its fixed costs, as if cached): this variant's fit always;
@@ -490,6 +522,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                     bench.free(outs)
                     if kernel.key == large and i == 0:
                         c.fresh = _first_touch(device, bench, compiled, FRESH_PAIRS)
+                        c.touches = [c.fresh]
                         if not device.is_gpu:
                             cold = variant, _cold_launch(device, bench, compiled, COLD_LAUNCHES)
                 except Exception:  # likewise for a variant it cannot build or run

@@ -57,7 +57,7 @@ def test_a_calibration_of_an_older_format_is_fitted_again_without_a_warning(tmp_
     path = tmp_path / "calibration.json"
     data = json.loads(path.read_text())
     stored = next(iter(data["devices"].values()))
-    del stored["ops"], stored["fresh"], stored["families"]
+    del stored["ops"], stored["touches"], stored["families"]
     path.write_text(json.dumps({**data, "format": 1}))
     again = Calibrations(tmp_path).get(device)
     assert again.ops and not recwarn.list and json.loads(path.read_text())["format"] == FORMAT
@@ -113,6 +113,39 @@ def test_a_plans_launches_are_priced_with_the_first_touch_of_their_fresh_outputs
     for launch in c.plan.launches():
         nbytes = sum(b.nbytes for b in launch.kernel.output_types)
         assert math.isclose(launch.predicted, times[launch.kernel.key] + 1e-9 * nbytes)
+
+
+class DearerPlanTouches(FreshCostDevice):
+    """First touches cost 4x more per byte in launches of one input (the plan's below) than in the calibration's
+    two-input add, as on a host whose plans keep their outputs and whose micro-benchmark drops them."""
+
+    def launch(self, compiled, inputs, outputs):
+        seconds = super().launch(compiled, inputs, outputs)
+        return seconds if len(inputs) != 1 else 1e-3 + 4 * (seconds - 1e-3)
+
+
+def test_plans_launches_into_large_host_outputs_refit_the_first_touch_cost_that_the_next_compilation_prices(
+        tmp_path, monkeypatch):
+    from engine import Init, Tensor, from_tensors
+    from engine.pipeline import Options, compile_program
+    from engine.tuning import Budget
+
+    monkeypatch.setenv("ZYX_EXPLORE_CACHE", str(tmp_path))
+    device, fresh = DearerPlanTouches(), FreshCostDevice.FRESH
+    x = Tensor.input("x", (4096, 4096), init=Init.normal(seed=3))  # a 64 MiB output: always new pages
+    program = from_tensors([(x * 2).named("y")], "double", "one large host output")
+    options = Options(tune_budget=Budget(variants=1, seconds=5.0))
+    priced = []
+    for _ in range(2):
+        c = compile_program(program, [device], options)
+        (launch,) = c.plan.launches()
+        nbytes = launch.kernel.output_types[0].nbytes
+        trial = next(t for kn, t in c.kernel_times.items() if kn.candidate == launch.candidate)
+        priced.append((launch.predicted - trial) / nbytes)
+        assert math.isclose(c.calibrations.get(device).fresh, priced[-1], rel_tol=1e-6)  # planned with it, kept
+    assert math.isclose(priced[0], fresh, rel_tol=1e-6)  # the micro-benchmark's alone
+    assert math.isclose(priced[1], 2.5 * fresh, rel_tol=1e-3)  # the median of it and the plan's 4x
+    assert math.isclose(Calibrations().get(device).fresh, 4 * fresh, rel_tol=1e-3)  # 1x, 4x, 4x
 
 
 FAMILY_FACTORS = {"plain": 4.0, "unrolled": 2.0, "tiled": 1.0, "staged": 0.7, "group": 0.5}
@@ -277,12 +310,13 @@ def test_the_stored_calibration_round_trips_with_every_fitted_and_measured_term(
     calibrations = Calibrations(tmp_path, fit=False)
     c = calibrations.get(device)
     c.overhead, c.parallel, c.cache, c.stream, c.bandwidth, c.barrier = 0.0, 2e-5, 1 << 20, 3.0, 1e10, 1e-9
+    c.touches, c.fresh = [2e-11, 4e-11, 3e-11], 3e-11  # loaded as their median
     k = matmul()
     for v in (Variant(), Variant(unroll=2), Variant(upcast=2, tile=2)):
         calibrations.observe(k, device, v, truth(k, device, v))
     calibrations.save(device)
     data = json.loads((tmp_path / "calibration.json").read_text())
-    assert data["format"] == FORMAT == 5
+    assert data["format"] == FORMAT == 6
     again = Calibrations(tmp_path, fit=False).get(device)
     assert again == c and again.kernels[k.key] and again.slopes
     for v in (Variant(), Variant(unroll=4)):
@@ -290,6 +324,8 @@ def test_the_stored_calibration_round_trips_with_every_fitted_and_measured_term(
     stored = data["devices"][next(iter(data["devices"]))]
     with pytest.raises(ValueError):
         Calibration.from_json({**stored, "stream": 0.5})  # faster out of the cache than in it
+    with pytest.raises(ValueError):
+        Calibration.from_json({**stored, "touches": [1e-11, -1e-11]})
 
 
 class CacheDevice(FamilyDevice):
