@@ -6,10 +6,10 @@ largest size missed the copies of a few MiB: they go in more, smaller staging ch
 device's own ``upload`` and ``download``, so they time the path its copies take (pinned staging or pageable
 arrays).  They copy what a plan copies: each upload reads an array of its own, out of the CPU's caches (a plan's
 inputs were written long before, and a large last-level cache would otherwise hold them all) with the copy path
-awake (a tiny upload first: the eviction leaves the runtime idle, and a copy after an idle spell pays its
-threads' or the GPU's wake-up, which a plan's copies, run back to back with its other steps, do not), and every download
-is kept until the measurement ends, as a plan's outputs outlive its run: each one fills fresh host memory, not the
-pages the previous one left.  The links are kept per device, driver and copy path (``Device.copies``) in
+awake (a tiny upload first: the first copy after the eviction pays for bringing the runtime back, PoCL's idle
+threads or a GPU driver's own state evicted from the caches, which a plan's copies, run back to back with its
+other steps, do not), and every download is kept until the measurement ends, as a plan's outputs outlive its
+run: each one fills fresh host memory, not the pages the previous one left.  The links are kept per device, driver and copy path (``Device.copies``) in
 ``links.json`` beside the tuning cache, so a machine measures each device once, and again when its copies change
 path; an unreadable file is reported (``CacheWarning``) and measured again.
 """
