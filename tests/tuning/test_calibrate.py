@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -77,16 +78,22 @@ class FreshCostDevice(NumpyDevice):
 
     def __init__(self) -> None:
         super().__init__(threads=1)
-        self.touched: set[int] = set()
+        self.touched: dict[int, weakref.ref] = {}
+        """Written buffers by id, weakly: an id alone would be taken again by a new array once its buffer is
+        collected (a plan's outputs are never freed through the device)."""
 
     def launch(self, compiled, inputs, outputs):
         super().launch(compiled, inputs, outputs)
-        fresh = sum(o.nbytes for o in outputs if id(o) not in self.touched)
-        self.touched.update(id(o) for o in outputs)
+        fresh = sum(o.nbytes for o in outputs if self._new(o))
+        self.touched.update((id(o), weakref.ref(o)) for o in outputs)
         return 1e-3 + self.FRESH * fresh
 
+    def _new(self, handle) -> bool:
+        ref = self.touched.get(id(handle))
+        return ref is None or ref() is not handle
+
     def free(self, handle):
-        self.touched.discard(id(handle))
+        self.touched.pop(id(handle), None)
         super().free(handle)
 
 
