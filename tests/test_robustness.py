@@ -309,7 +309,8 @@ def test_links_of_an_older_layout_are_measured_again_without_a_warning(tmp_path,
     with warnings.catch_warnings():
         warnings.simplefilter("error", CacheWarning)
         link = LinkCache(tmp_path).link(device)
-    assert link.up != Link.line(1e-5, 1e9) and json.loads((tmp_path / "links.json").read_text())["format"] == links.FORMAT
+    assert link.up != Link.line(1e-5, 1e9)
+    assert json.loads((tmp_path / "links.json").read_text())["format"] == links.FORMAT
 
 
 def test_a_corrupt_native_object_is_rebuilt_not_loaded(tmp_path):

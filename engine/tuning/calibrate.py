@@ -31,10 +31,10 @@ their best launches, less what those paid.
 A device is fitted by micro-benchmarks on first use (``benchmark``: a tiny launch for the overhead, a large
 copy-like kernel, a transcendental one in the cache, a reduce and a matmul, each in the best predicted variants of
 its two best predicted families and of the default's; a copy an eighth of the cache's size against the large one,
-for ``stream``; two small copies on several threads, for ``parallel``; on a runtime whose barriers are loops and on a GPU,
-a group reduce against a copy, for ``barrier``; then one small kernel per transcendental op), and every measured
-trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse, but a
-plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs per byte;
+for ``stream``; two small copies on several threads, for ``parallel``; on a runtime whose barriers are loops and on
+a GPU, a group reduce against a copy, for ``barrier``; then one small kernel per transcendental op), and every
+measured trial and executed plan step refits it (``observe``).  Trials time launches on output buffers they reuse,
+but a plan writes each output into a freshly allocated buffer, whose first touch (page faults) costs per byte;
 ``fresh`` is that cost, measured by the large copy-like micro-benchmark (launches on fresh and on reused outputs,
 interleaved) and then by executed plans' launches into large host outputs (``observe_touch``), and
 ``output_cost`` charges it and the ``bandwidth`` floor to a plan's launch.  Fits are kept per device and driver in
@@ -358,7 +358,8 @@ class Calibrations:
         its fresh outputs; and, where the trial ran faster than its inputs stream from memory (launch after launch
         on the same buffers, it found them cached), the rest of that streaming time: a plan's launch reads them
         from memory (a program input, an upload, a kernel's output some launches ago)."""
-        return self.get(device).fresh * sum(b.nbytes for b in kernel.output_types) + self._streaming(kernel, device, seconds)
+        fresh = self.get(device).fresh * sum(b.nbytes for b in kernel.output_types)
+        return fresh + self._streaming(kernel, device, seconds)
 
     def _streaming(self, kernel: Kernel, device: Device, seconds: float) -> float:
         """Seconds ``kernel``'s inputs take to stream from memory beyond a trial's ``seconds``."""

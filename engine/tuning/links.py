@@ -9,9 +9,10 @@ inputs were written long before, and a large last-level cache would otherwise ho
 awake (a tiny upload first: the first copy after the eviction pays for bringing the runtime back, PoCL's idle
 threads or a GPU driver's own state evicted from the caches, which a plan's copies, run back to back with its
 other steps, do not), and every download is kept until the measurement ends, as a plan's outputs outlive its
-run: each one fills fresh host memory, not the pages the previous one left.  The links are kept per device, driver and copy path (``Device.copies``) in
-``links.json`` beside the tuning cache, so a machine measures each device once, and again when its copies change
-path; an unreadable file is reported (``CacheWarning``) and measured again.
+run: each one fills fresh host memory, not the pages the previous one left.  The links are kept per device,
+driver and copy path (``Device.copies``) in ``links.json`` beside the tuning cache, so a machine measures each
+device once, and again when its copies change path; an unreadable file is reported (``CacheWarning``) and
+measured again.
 """
 
 from __future__ import annotations
