@@ -199,12 +199,14 @@ class Compilation:
 
     def output_cost(self, kn: KernelNode) -> float:
         """Seconds a plan's launch of ``kn`` spends more than its trials: first touches of its fresh outputs
-        (trials reuse theirs), inputs read from memory (trials find them cached); 0 uncalibrated."""
+        (trials reuse theirs; measured where tuning timed them), inputs read from memory (trials find them
+        cached); 0 uncalibrated."""
         if self.calibrations is None or self.kernelization is None:
             return 0.0
         device = next(d for d in self.devices if d.name == kn.device)
         kernel = self.kernelization.candidates[kn.candidate].kernel
-        return self.calibrations.output_cost(kernel, device, self.kernel_times[kn])
+        touch = self.tuning[kn].touch if kn in self.tuning else None
+        return self.calibrations.output_cost(kernel, device, self.kernel_times[kn], touch)
 
     def measured(self, kn: KernelNode) -> bool:
         """Whether kernel node ``kn``'s time was measured (tuned), not predicted."""
@@ -549,20 +551,23 @@ def _sharing_outputs(run: Execution, earlier: Sequence[Execution]) -> Execution:
 
 def feed_back(c: Compilation, execution: Execution) -> None:
     """Refit the devices' cost models with the plan's measured launches, less what trials do not pay
-    (``Calibrations.output_cost`` of the time the model predicts for a trial); and keep what each measured
+    (``Calibrations.output_cost`` of the time the model predicts for a trial, with the first touch tuning
+    measured where it did); and keep what each measured
     launch into a large host output paid more than its trial, per output byte, as an observed first touch
     (``Calibration.observe_touch``: the calibrations loaded next use it, this compilation keeps its prices)."""
     if c.calibrations is None or c.plan is None:
         return
     by_name = {d.name: d for d in c.devices}
     trials = {(kn.candidate, kn.device): t for kn, t in c.kernel_times.items() if c.measured(kn)}
+    touches = {(kn.candidate, kn.device): result.touch for kn, result in c.tuning.items()}
     for step, seconds in zip(c.plan.steps, execution.step_times):
         if isinstance(step, Launch):
             device = by_name[step.device]
-            if (candidate := (step.candidate, step.device)) in trials:
+            candidate = (step.candidate, step.device)
+            if candidate in trials:
                 c.calibrations.observe_first_touch(step.kernel, device, trials[candidate], seconds)
             trial = c.calibrations.predict(step.kernel, device, step.variant)
-            extra = c.calibrations.output_cost(step.kernel, device, trial)
+            extra = c.calibrations.output_cost(step.kernel, device, trial, touches.get(candidate))
             c.calibrations.observe(step.kernel, device, step.variant, max(seconds - extra, 0.5 * seconds))
     c.calibrations.save()
 

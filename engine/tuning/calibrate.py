@@ -64,6 +64,7 @@ from engine.kernel.lanes import upcast_axes
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant, barriers, launch_size
 from engine.program.dtypes import DType
 from engine.tuning.cache import default_dir, driver
+from engine.tuning.measure import always_fresh
 from engine.tuning.model import group_rounds
 from engine.tuning.model import predict as roofline
 
@@ -76,9 +77,6 @@ slopes, and the thread wake-up and cache terms, 4 the barrier term, 5 the barrie
 observations (``touches``) in place of one measured cost."""
 TOUCHES = 9
 """First-touch observations kept per device (the oldest plan's go first; the micro-benchmark's stays)."""
-ALWAYS_FRESH = 32 << 20
-"""Bytes above which a host output is always new pages (glibc's largest mmap threshold): smaller ones may reuse
-freed heap memory, whose first touch is already paid, so only larger ones tell what a first touch costs."""
 NEAR = 0.5
 """Weight of a timed variant of the same kernel per parameter in which it differs from the one predicted."""
 SLOPE_RANGE = 4.0
@@ -353,12 +351,13 @@ class Calibrations:
         part = _work_part(kernel, device, variant)
         return _fixed(c, kernel, device, variant) + c.factor(kernel, variant, part) * c.memory(kernel) * part
 
-    def output_cost(self, kernel: Kernel, device: Device, seconds: float = 0.0) -> float:
+    def output_cost(self, kernel: Kernel, device: Device, seconds: float = 0.0, touch: float | None = None) -> float:
         """Seconds a plan's launch of ``kernel`` spends more than a trial that took ``seconds``: first touches of
-        its fresh outputs; and, where the trial ran faster than its inputs stream from memory (launch after launch
-        on the same buffers, it found them cached), the rest of that streaming time: a plan's launch reads them
-        from memory (a program input, an upload, a kernel's output some launches ago)."""
-        fresh = self.get(device).fresh * sum(b.nbytes for b in kernel.output_types)
+        its fresh outputs (``touch`` where measured, else priced per byte); and, where the trial ran faster than
+        its inputs stream from memory (launch after launch on the same buffers, it found them cached), the rest
+        of that streaming time: a plan's launch reads them from memory (a program input, an upload, a kernel's
+        output some launches ago)."""
+        fresh = self.get(device).fresh * sum(b.nbytes for b in kernel.output_types) if touch is None else touch
         return fresh + self._streaming(kernel, device, seconds)
 
     def _streaming(self, kernel: Kernel, device: Device, seconds: float) -> float:
@@ -371,8 +370,8 @@ class Calibrations:
         """A plan's launch of ``kernel`` took ``seconds`` where its trials took ``trial``: if its outputs are host
         memory of always new pages, what it paid more than the trial and its inputs' streaming, per output byte,
         is an observed first touch (``Calibration.touches``)."""
-        nbytes = sum(b.nbytes for b in kernel.output_types)
-        if device.pool == HOST and nbytes > ALWAYS_FRESH:
+        if always_fresh(kernel, device):
+            nbytes = sum(b.nbytes for b in kernel.output_types)
             extra = seconds - trial - self._streaming(kernel, device, trial)
             self.get(device).observe_touch(max(extra, 0.0) / nbytes)
 
@@ -522,7 +521,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
                     timing = bench.time(compiled, outs, first=0.0, target=0.02, left=lambda: SLOW)
                     bench.free(outs)
                     if kernel.key == large and i == 0:
-                        c.fresh = _first_touch(device, bench, compiled, FRESH_PAIRS)
+                        c.fresh = _first_touch(bench, compiled, FRESH_PAIRS)
                         c.touches = [c.fresh]
                         if not device.is_gpu:
                             cold = variant, _cold_launch(device, bench, compiled, COLD_LAUNCHES)
@@ -793,16 +792,6 @@ def _cold_launch(device: Device, bench: Any, compiled: Any, launches: int) -> fl
     return min(times)
 
 
-def _first_touch(device: Device, bench: Any, compiled: Any, pairs: int) -> float:
-    """Seconds per output byte a launch spends more on fresh outputs (as a plan's) than on reused ones (as a
-    trial's): the median difference of ``pairs`` launches of each, interleaved so that load drifts cancel."""
-    reused = [device.alloc(b) for b in bench.kernel.output_types]
-    device.launch(compiled, bench.inputs, reused)  # their first touch
-    extra = []
-    for _ in range(pairs):
-        seconds = device.launch(compiled, bench.inputs, reused)
-        outs = [device.alloc(b) for b in bench.kernel.output_types]
-        extra.append(device.launch(compiled, bench.inputs, outs) - seconds)
-        bench.free(outs)
-    bench.free(reused)
-    return max(statistics.median(extra), 0.0) / sum(b.nbytes for b in bench.kernel.output_types)
+def _first_touch(bench: Any, compiled: Any, pairs: int) -> float:
+    """Seconds per output byte a launch spends more on fresh outputs than on reused ones (``Bench.first_touch``)."""
+    return (bench.first_touch(compiled, pairs) or 0.0) / sum(b.nbytes for b in bench.kernel.output_types)

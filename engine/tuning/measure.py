@@ -19,7 +19,7 @@ import numpy as np
 
 from engine.devices.base import Compiled, Device
 from engine.devices.evaluate import evaluate
-from engine.kernel.ir import Kernel, schedule
+from engine.kernel.ir import HOST, Kernel, schedule
 from engine.program.dtypes import DType
 
 
@@ -68,6 +68,17 @@ def mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray], rtol: float,
             at = np.unravel_index(int(np.argmin(same)), same.shape) if same.ndim else ()
             return f"out{i}: {bad} of {same.size} elements differ, e.g. at {tuple(map(int, at))}: {a[at]} != {b[at]}"
     return None
+
+
+ALWAYS_FRESH = 32 << 20
+"""Bytes above which a host output is always new pages (glibc's largest mmap threshold): smaller ones may reuse
+freed heap memory, whose first touch is already paid, so only larger ones tell what a first touch costs."""
+
+
+def always_fresh(kernel: Kernel, device: Device) -> bool:
+    """Whether a plan's launch of ``kernel`` on ``device`` writes host outputs of always new pages, whose first
+    touches (page faults) trials, reusing their outputs, never pay."""
+    return device.pool == HOST and sum(b.nbytes for b in kernel.output_types) > ALWAYS_FRESH
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,28 @@ class Bench:
             last = self.device.launch(compiled, self.inputs, outputs)
             times.append(last)
         return Timing(tuple(times) or (first,))
+
+    def first_touch(self, compiled: Compiled, pairs: int, left: Callable[[], float] = lambda: math.inf,
+                    stop: Callable[[], bool] = lambda: False) -> float | None:
+        """Seconds a launch spends more on fresh outputs (a plan's) than on reused ones (a trial's): the median
+        difference of up to ``pairs`` launches of each, interleaved so that load drifts cancel; None when no pair
+        fits in what is ``left()`` or once ``stop()``.  Each fresh output is freed after its launch, as a plan's
+        rerun gets the pages its previous run freed (on a VM, pages the process never had cost many times more)."""
+        reused = [self.device.alloc(b) for b in self.kernel.output_types]
+        extra: list[float] = []
+        try:
+            last = self.device.launch(compiled, self.inputs, reused)  # their first touch: as long as a fresh launch
+            while len(extra) < pairs and 2 * last < left() and not stop():
+                seconds = self.device.launch(compiled, self.inputs, reused)
+                outs = [self.device.alloc(b) for b in self.kernel.output_types]
+                try:
+                    last = self.device.launch(compiled, self.inputs, outs)
+                finally:
+                    self.free(outs)
+                extra.append(last - seconds)
+        finally:
+            self.free(reused)
+        return max(statistics.median(extra), 0.0) if extra else None
 
     def free(self, handles: list[Any]) -> None:
         for h in handles:

@@ -25,7 +25,7 @@ from engine.kernel.ir import Kernel
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.tuning.cache import TuneCache
 from engine.tuning.calibrate import Calibrations
-from engine.tuning.measure import Bench
+from engine.tuning.measure import Bench, always_fresh
 from engine.tuning.model import predict
 from engine.tuning.space import neighbours, seeds
 
@@ -86,6 +86,10 @@ class TuneResult:
     cancelled: bool = False
     ok: bool = True
     """Whether some variant verified (if not, ``best`` is the default and ``seconds`` infinite)."""
+    touch: float | None = None
+    """Seconds a launch of ``best`` spends more on fresh outputs (a plan's) than on reused ones (its trials'):
+    measured for host outputs of always new pages (``always_fresh``), whose first touches cost per kernel more
+    than any per-byte price tells; None where not measured (the calibrated price stands in)."""
 
     @property
     def default(self) -> Trial | None:
@@ -98,7 +102,7 @@ class TuneResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"best": self.best.to_json(), "seconds": self.seconds if self.ok else None, "elapsed": self.elapsed,
-                "ok": self.ok, "trials": [t.to_json() for t in self.trials]}
+                "ok": self.ok, "touch": self.touch, "trials": [t.to_json() for t in self.trials]}
 
     @staticmethod
     def from_json(kernel: str, device: str, data: dict[str, Any], cache: str) -> TuneResult:
@@ -106,8 +110,10 @@ class TuneResult:
         seconds = float(data["seconds"]) if ok else math.inf
         if not math.isfinite(seconds) and ok:
             raise ValueError(f"a verified result with {seconds} seconds")
+        touch = data.get("touch")
         return TuneResult(kernel, device, tuple(Trial.from_json(t) for t in data["trials"]),
-                          Variant.from_json(data["best"]), seconds, 0.0, cache, False, ok)
+                          Variant.from_json(data["best"]), seconds, 0.0, cache, False, ok,
+                          None if touch is None else float(touch))
 
 
 @dataclass(frozen=True)
@@ -135,6 +141,9 @@ Observe = Callable[[Kernel, Device, Variant, float], None]
 
 HOPELESS = 8.0
 """A candidate predicted this many times slower than the best variant timed so far is not tried."""
+TOUCH_PAIRS = 5
+"""Launches on reused and on fresh outputs behind a tuned kernel's first touch (``TuneResult.touch``): fresh
+memory is slow in streaks of a few launches on a VM, which move a median of 5 pairs less often than one of 3."""
 
 
 @dataclass
@@ -303,9 +312,10 @@ def tune(
                 if top == best:  # no round-over-round improvement: the beam has converged
                     break
                 best = top
+        touch = _first_touch(search, bench)
     finally:
         bench.close()
-    result = _result(kernel, device, search, state)
+    result = replace(_result(kernel, device, search, state), touch=touch)
     if cache is not None and store and not result.cancelled and result.trials and not device.lost:
         cache.put(kernel, device, result.to_json())
     return result
@@ -320,10 +330,25 @@ def _checked(result: TuneResult, kernel: Kernel, device: Device) -> TuneResult:
             raise ValueError(f"a trial took {t.seconds!r} seconds")
     if result.ok and not 0 <= result.seconds < math.inf:
         raise ValueError(f"the best variant took {result.seconds} seconds")
+    if result.touch is not None and not 0 <= result.touch < math.inf:
+        raise ValueError(f"its first touch took {result.touch} seconds")
     why = device.variant_error(kernel, result.best)
     if why is not None:
         raise ValueError(f"its best variant {result.best} cannot run: {why}")
     return result
+
+
+def _first_touch(search: _Search, bench: Bench) -> float | None:
+    """What the best variant's launch pays more on a plan's fresh outputs (``TuneResult.touch``), timed within
+    the search's budget; None where they are not always new pages or nothing verified."""
+    ranked = search.ranked()
+    if not ranked or not always_fresh(search.kernel, search.device) or search.cancelling() or search.device.lost:
+        return None
+    try:
+        compiled = search.device.compile(search.kernel, ranked[0].variant)
+        return bench.first_touch(compiled, TOUCH_PAIRS, search.left, search.cancelling)
+    except Exception:  # a launch that fails on fresh outputs failed nowhere else: priced, not timed
+        return None
 
 
 def _result(kernel: Kernel, device: Device, search: _Search, state: str) -> TuneResult:

@@ -131,6 +131,32 @@ class DearerPlanTouches(FreshCostDevice):
         return seconds if len(inputs) != 1 else 1e-3 + 4 * (seconds - 1e-3)
 
 
+def test_a_tuned_kernel_with_large_host_outputs_is_priced_with_the_first_touch_its_own_launches_paid(
+        tmp_path, monkeypatch):
+    from engine import Init, Tensor, from_tensors
+    from engine.pipeline import Options, compile_program
+    from engine.tuning import Budget
+
+    monkeypatch.setenv("ZYX_EXPLORE_CACHE", str(tmp_path))
+    device, fresh = DearerPlanTouches(), FreshCostDevice.FRESH
+    x = Tensor.input("x", (4096, 4096), init=Init.normal(seed=3))  # a 64 MiB output: always new pages
+    small = Tensor.input("s", (64, 64), init=Init.normal(seed=4))
+    program = from_tensors([(x * 2).named("y"), (small + 1).named("z")], "double", "one large host output")
+    options = Options(tune_budget=Budget(variants=1, seconds=5.0))
+    for cache in ("miss", "hit"):
+        c = compile_program(program, [device], options)
+        large, tiny = sorted(c.plan.launches(), key=lambda s: -s.kernel.output_types[0].nbytes)
+        results = {kn.candidate: r for kn, r in c.tuning.items()}
+        assert results[large.candidate].cache == cache and results[tiny.candidate].touch is None
+        nbytes = large.kernel.output_types[0].nbytes
+        assert math.isclose(results[large.candidate].touch, 4 * fresh * nbytes, rel_tol=1e-6)
+        trial = results[large.candidate].seconds
+        assert math.isclose(large.predicted, trial + 4 * fresh * nbytes, rel_tol=1e-6)  # not the calibrated 1x
+        assert c.execution is not None
+        (step,) = [t for s, t in zip(c.plan.steps, c.execution.step_times) if s is large]
+        assert math.isclose(step, large.predicted, rel_tol=1e-6)
+
+
 def test_plans_launches_into_large_host_outputs_refit_the_first_touch_cost_that_the_next_compilation_prices(
         tmp_path, monkeypatch):
     from engine import Init, Tensor, from_tensors
@@ -142,16 +168,12 @@ def test_plans_launches_into_large_host_outputs_refit_the_first_touch_cost_that_
     x = Tensor.input("x", (4096, 4096), init=Init.normal(seed=3))  # a 64 MiB output: always new pages
     program = from_tensors([(x * 2).named("y")], "double", "one large host output")
     options = Options(tune_budget=Budget(variants=1, seconds=5.0))
-    priced = []
+    planned = []
     for _ in range(2):
         c = compile_program(program, [device], options)
-        (launch,) = c.plan.launches()
-        nbytes = launch.kernel.output_types[0].nbytes
-        trial = next(t for kn, t in c.kernel_times.items() if kn.candidate == launch.candidate)
-        priced.append((launch.predicted - trial) / nbytes)
-        assert math.isclose(c.calibrations.get(device).fresh, priced[-1], rel_tol=1e-6)  # planned with it, kept
-    assert math.isclose(priced[0], fresh, rel_tol=1e-6)  # the micro-benchmark's alone
-    assert math.isclose(priced[1], 2.5 * fresh, rel_tol=1e-3)  # the median of it and the plan's 4x
+        planned.append(c.calibrations.get(device).fresh)  # what an untimed kernel would be priced with
+    assert math.isclose(planned[0], fresh, rel_tol=1e-6)  # the micro-benchmark's alone
+    assert math.isclose(planned[1], 2.5 * fresh, rel_tol=1e-3)  # the median of it and the plan's 4x
     assert math.isclose(Calibrations().get(device).fresh, 4 * fresh, rel_tol=1e-3)  # 1x, 4x, 4x
 
 
