@@ -17,24 +17,32 @@ candidates; ``engine.tuning.calibrate`` fits it to each device.  Host devices (n
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable
 
 from engine.devices.base import GPU_GROUPS, GPU_THREADS, Device, Nominal
 from engine.egraph.egraph import Scalar
 from engine.kernel.cost import work
+from engine.kernel.index import Var
 from engine.kernel.ir import Const, Kernel, Load, schedule
 from engine.kernel.lanes import dependent, flat_reduce, lanes, rewrite, unroll, upcast_axes
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant, block, launch_size, staging
 
 _ITEM_OPS = 12
 """Scalar ops of per-work-item overhead (index decomposition, bounds)."""
+GATHER = 8
+"""On a GPU, elements fetched per work item for a load whose neighbouring items read in different memory
+sectors: a sector of 32 bytes each."""
+BROADCAST = 0.25
+"""On a GPU, elements fetched per work item for a load every item of a warp reads alike (one fetch per warp)."""
 _LOCAL_READ = 0.5
 """A local-memory vector read, in global load instructions."""
 
 
-def load_instructions(kernel: Kernel, variant: Variant) -> tuple[float, int]:
-    """(load instructions per work item, outputs per work item) of ``kernel`` in ``variant``."""
+def load_instructions(kernel: Kernel, variant: Variant, gpu: bool = False) -> tuple[float, int]:
+    """(load instructions per work item, outputs per work item) of ``kernel`` in ``variant``; on a ``gpu``, in
+    elements fetched (see ``_vector_count``)."""
     if kernel.stages:  # a row per work item, or per work-group (its loops strided over the group)
         share = max(variant.group, 1)
         count = 0.0
@@ -51,8 +59,13 @@ def load_instructions(kernel: Kernel, variant: Variant) -> tuple[float, int]:
         per = sum(1 for e in loads if e in inner) * kernel.reduce.size / variant.group
         return per + sum(1 for e in loads if e not in inner) + 1, 1
     plan = lanes(kernel, variant.upcast, variant.tile)
+    fastest = next((v for v in reversed(plan.outer) if v.size > 1), None)  # neighbouring work items differ in it
+
+    def vectors(loads: list[Load]) -> float:
+        return _vector_count(loads, fastest, gpu)
+
     outs = [e for lane in plan.lanes for e in rewrite(list(kernel.outputs), lane.subst)]
-    count = float(_vector_count([e for e in schedule(outs) if isinstance(e, Load)]))
+    count = float(vectors([e for e in schedule(outs) if isinstance(e, Load)]))
     red = kernel.reduce
     if red is not None:
         tiles = staging(kernel, variant)
@@ -66,26 +79,47 @@ def load_instructions(kernel: Kernel, variant: Variant) -> tuple[float, int]:
                 per_step = t.width / (rows * columns * t.vector) + _LOCAL_READ * math.ceil(lanes_along / 4)
                 count += per_step * red.size
         if not red.vars:
-            return count + _vector_count([e for e in schedule(bodies) if isinstance(e, Load)]), len(plan.lanes)
+            return count + vectors([e for e in schedule(bodies) if isinstance(e, Load)]), len(plan.lanes)
         *outer, last = red.vars
         main, mains, rest, _ = unroll(last, variant.unroll)
         steps = [b for s in mains for b in rewrite(bodies, s)]
         inner = dependent(steps, {*outer, main})
         loads = [e for e in schedule(steps) if isinstance(e, Load)]
         outer_iters = math.prod(v.size for v in outer)
-        count += _vector_count([e for e in loads if e in inner]) * outer_iters * main.size
-        count += _vector_count([e for e in loads if e not in inner])
+        count += vectors([e for e in loads if e in inner]) * outer_iters * main.size
+        count += vectors([e for e in loads if e not in inner])
         tail = dependent(bodies, set(red.vars))
-        count += _vector_count([e for e in schedule(bodies) if isinstance(e, Load) and e in tail]) * outer_iters * rest.size
+        count += vectors([e for e in schedule(bodies) if isinstance(e, Load) and e in tail]) * outer_iters * rest.size
     return count, len(plan.lanes)
 
 
-def _vector_count(loads: list[Load]) -> float:
-    """Load instructions for ``loads``: consecutive ones of a buffer count as one vector load (up to 16)."""
+def _vector_count(loads: list[Load], fastest: Var | None = None, gpu: bool = False) -> float:
+    """Load instructions for ``loads``: on a CPU, lanes of a buffer with the same index terms share vector loads
+    (up to 4 lanes each).  On a GPU, what counts is the bytes a warp fetches, so each lane counts; a run of
+    consecutive lanes that neighbouring work items (``fastest`` apart) read in different memory sectors counts
+    a sector's worth (``GATHER``), and one they all read alike (a broadcast) ``BROADCAST``."""
     groups: dict[tuple, set[int]] = {}
     for e in loads:
         groups.setdefault((e.input, e.index.terms, e.clamped), set()).add(e.index.const)
-    return sum(math.ceil(len(consts) / 4) for consts in groups.values())
+    if not gpu:
+        return sum(math.ceil(len(consts) / 4) for consts in groups.values())
+    count = 0.0
+    for (_, terms, _), consts in groups.items():
+        stride = abs(dict(terms).get(fastest, 0)) if fastest is not None else 1
+        for n in _runs(sorted(consts)):
+            count += n * BROADCAST if stride == 0 else max(n, GATHER) if stride > n else n
+    return count
+
+
+def _runs(values: list[int]) -> list[int]:
+    """Lengths of the runs of consecutive integers in sorted ``values``."""
+    runs = [1]
+    for a, b in itertools.pairwise(values):
+        if b == a + 1:
+            runs[-1] += 1
+        else:
+            runs.append(1)
+    return runs
 
 
 def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) -> float:
@@ -99,7 +133,7 @@ def predict(kernel: Kernel, device: Device, variant: Variant = DEFAULT_VARIANT) 
     items, local = launch_size(kernel, variant)
     items = max(items, 1)
     w = work(kernel)
-    loads, _ = load_instructions(kernel, variant)
+    loads, _ = load_instructions(kernel, variant, gpu)
     itemsize = max((b.dtype.itemsize for b in kernel.inputs), default=4)
     cache_bandwidth = nominal.bandwidth * (8 if gpu else 4)
     ops = w.ops + items * _ITEM_OPS + (items * loads if variant.group > 1 else 0)

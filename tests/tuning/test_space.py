@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from engine.devices.base import Nominal
 from engine.kernel.schedule import Variant, variant_error
-from engine.tuning.model import load_instructions, predict, suggest
+from engine.tuning.model import BROADCAST, GATHER, load_instructions, predict, suggest
 from engine.tuning.search import Trial, TuneResult
 from engine.tuning.space import neighbours, seeds, valid
 from tests.kernel.test_opencl import matmul_kernel, variant_kernels
@@ -64,3 +64,15 @@ def test_staged_results_round_trip():
     result = TuneResult("k", "d", (trial,), STAGED, 4.6e-3, 1.0)
     back = TuneResult.from_json("k", "d", result.to_json(), "hit")
     assert back.best == STAGED and back.trials[0].variant.smem == 32
+
+
+def test_on_a_gpu_an_operand_neighbouring_work_items_read_far_apart_costs_a_sector_each():
+    upcast = Variant(local_size=256, upcast=4)
+    plain, transposed = matmul_kernel(512, 2048, 1024), matmul_kernel(512, 2048, 1024, tb=True)
+    # per reduce step: b's 4 lanes (neighbouring items 4 apart: one float4 each), a read alike by all items
+    assert load_instructions(plain, upcast, gpu=True)[0] == (4 + BROADCAST) * 1024
+    # transposed, b's lanes are 4 rows 1024 floats apart: each a sector of its own per item
+    assert load_instructions(transposed, upcast, gpu=True)[0] == (4 * GATHER + BROADCAST) * 1024
+    gpu = fake_gpu()
+    assert predict(transposed, gpu, upcast) > 2 * predict(plain, gpu, upcast)
+    assert load_instructions(transposed, upcast)[0] == load_instructions(plain, upcast)[0]  # a CPU: vector loads
