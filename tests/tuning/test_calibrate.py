@@ -157,6 +157,35 @@ def test_a_tuned_kernel_with_large_host_outputs_is_priced_with_the_first_touch_i
         assert math.isclose(step, large.predicted, rel_tol=1e-6)
 
 
+class ClockedFreshCost(FreshCostDevice):
+    """``FreshCostDevice`` whose launches take as long on ``clock`` as they report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def launch(self, compiled, inputs, outputs):
+        seconds = super().launch(compiled, inputs, outputs)
+        self.now += seconds
+        return seconds
+
+
+@pytest.mark.parametrize("limit", [0.05, 0.5])
+def test_a_first_touch_is_timed_within_what_is_left_of_the_kernels_budget(limit):
+    from engine.tuning.calibrate import LARGE, _elementwise
+    from engine.tuning.search import Budget, tune
+
+    device = ClockedFreshCost()
+    kernel = _elementwise(LARGE, "add")  # a 64 MiB output: always new pages
+    result = tune(kernel, device, Budget(variants=1), limit=limit, clock=lambda: device.now)
+    touch = FreshCostDevice.FRESH * kernel.output_types[0].nbytes  # 13 ms a fresh launch pays more
+    assert result.ok and device.now <= limit
+    if limit < 0.1:  # its trial leaves too little for a pair of launches
+        assert result.touch is None
+    else:
+        assert math.isclose(result.touch, touch, rel_tol=1e-6)
+
+
 def test_plans_launches_into_large_host_outputs_refit_the_first_touch_cost_that_the_next_compilation_prices(
         tmp_path, monkeypatch):
     from engine import Init, Tensor, from_tensors
