@@ -458,8 +458,8 @@ def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mappin
                  variant_of: Callable[[KernelNode], Variant], launched: tuple[str, Variant] | None,
                  short: Mapping[str, str], skipped: Mapping[KernelNode, object] | None = None) -> list[Row]:
     """Every variant tried of candidate ``cand_id`` on each device, fastest verified first: ``*`` launched,
-    ``+`` the tuner's pick on its device (with what its launch pays more on a plan's fresh outputs, where
-    measured); a device whose kernel was not tuned shows the one variant it would launch,
+    ``+`` the tuner's pick on its device (a variant that timed a plan's fresh outputs says what they cost more); a
+    device whose kernel was not tuned shows the one variant it would launch,
     predicted, and why it was skipped when its prediction was hopeless."""
     rows = []
     for kn in sorted((k for k in times if k.candidate == cand_id), key=lambda k: k.device):
@@ -476,8 +476,8 @@ def variant_rows(cand_id: str, times: Mapping[KernelNode, float], tuning: Mappin
             best = result.ok and t.variant == result.best
             mark = "*" if launched == (kn.device, t.variant) else ("+" if best else " ")
             reason = t.reason.splitlines()[0] if t.reason else ""
-            if best and result.touch is not None:
-                reason = f"a plan's launch pays {seconds_text(result.touch)} more on fresh outputs (measured)"
+            if t.touch is not None:
+                reason = f"a plan's launch pays {seconds_text(t.touch)} more on fresh outputs (measured)"
             style = {OK: "bold" if best else "", WRONG: "red", FAILED: "yellow"}[t.status]
             rows.append(Row((kn.device, t.variant), (mark, short.get(kn.device, kn.device), str(t.variant), STATUS[t.status],
                                                      seconds_text(t.seconds), seconds_text(t.predicted), result.cache,

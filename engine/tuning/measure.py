@@ -137,26 +137,26 @@ class Bench:
             times.append(last)
         return Timing(tuple(times) or (first,))
 
-    def first_touch(self, compiled: Compiled, pairs: int, left: Callable[[], float] = lambda: math.inf,
+    def first_touch(self, compiled: Compiled, reused: list[Any], seconds: float, pairs: int,
+                    left: Callable[[], float] = lambda: math.inf,
                     stop: Callable[[], bool] = lambda: False) -> float | None:
-        """Seconds a launch spends more on fresh outputs (a plan's) than on reused ones (a trial's): the median
-        difference of up to ``pairs`` launches of each, interleaved so that load drifts cancel; None when no pair
-        fits in what is ``left()`` or once ``stop()``.  Each fresh output is freed after its launch, as a plan's
-        rerun gets the pages its previous run freed (on a VM, pages the process never had cost many times more)."""
-        reused = [self.device.alloc(b) for b in self.kernel.output_types]
+        """Seconds a launch spends more on fresh outputs (a plan's) than on the ``reused`` ones (written before, as
+        a trial's; a launch on them took ``seconds``): the median difference of up to ``pairs`` launches of each,
+        interleaved so that load drifts cancel.  A pair starts only while the last one (at first, twice
+        ``seconds``) fits in what is ``left()``, and none once ``stop()``; None when none ran.  Each fresh output
+        is freed after its launch, as a plan's rerun gets the pages its previous run freed (on a VM, pages the
+        process never had cost many times more)."""
         extra: list[float] = []
-        try:
-            last = self.device.launch(compiled, self.inputs, reused)  # their first touch: as long as a fresh launch
-            while len(extra) < pairs and 2 * last < left() and not stop():
-                seconds = self.device.launch(compiled, self.inputs, reused)
-                outs = [self.device.alloc(b) for b in self.kernel.output_types]
-                try:
-                    last = self.device.launch(compiled, self.inputs, outs)
-                finally:
-                    self.free(outs)
-                extra.append(last - seconds)
-        finally:
-            self.free(reused)
+        pair = 2 * seconds
+        while len(extra) < pairs and pair < left() and not stop():
+            hot = self.device.launch(compiled, self.inputs, reused)
+            outs = [self.device.alloc(b) for b in self.kernel.output_types]
+            try:
+                fresh = self.device.launch(compiled, self.inputs, outs)
+            finally:
+                self.free(outs)
+            extra.append(fresh - hot)
+            pair = hot + fresh
         return max(statistics.median(extra), 0.0) if extra else None
 
     def free(self, handles: list[Any]) -> None:

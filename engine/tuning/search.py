@@ -57,15 +57,21 @@ class Trial:
     predicted: float
     reason: str = ""
     times: tuple[float, ...] = ()
+    touch: float | None = None
+    """Seconds a launch spends more on fresh outputs (a plan's) than on reused ones (the trial's): timed on the
+    first variant of a kernel that verifies, where its host outputs are always new pages (``always_fresh``);
+    what a first touch costs differs by kernel, not only by byte."""
 
     def to_json(self) -> dict[str, Any]:
         return {"variant": self.variant.to_json(), "status": self.status, "seconds": self.seconds,
-                "predicted": self.predicted, "reason": self.reason, "times": list(self.times)}
+                "predicted": self.predicted, "reason": self.reason, "times": list(self.times), "touch": self.touch}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Trial:
+        touch = data.get("touch")
         return Trial(Variant.from_json(data["variant"]), str(data["status"]), data["seconds"],
-                     float(data["predicted"]), str(data.get("reason", "")), tuple(data.get("times", ())))
+                     float(data["predicted"]), str(data.get("reason", "")), tuple(data.get("times", ())),
+                     None if touch is None else float(touch))
 
 
 @dataclass(frozen=True)
@@ -86,10 +92,11 @@ class TuneResult:
     cancelled: bool = False
     ok: bool = True
     """Whether some variant verified (if not, ``best`` is the default and ``seconds`` infinite)."""
-    touch: float | None = None
-    """Seconds a launch of ``best`` spends more on fresh outputs (a plan's) than on reused ones (its trials'):
-    measured for host outputs of always new pages (``always_fresh``), whose first touches cost per kernel more
-    than any per-byte price tells; None where not measured (the calibrated price stands in)."""
+    @property
+    def touch(self) -> float | None:
+        """What a plan's launch pays more on fresh outputs than a trial, as a trial timed it; None where none did
+        (the calibrated price per byte stands in)."""
+        return next((t.touch for t in self.trials if t.touch is not None), None)
 
     @property
     def default(self) -> Trial | None:
@@ -102,7 +109,7 @@ class TuneResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"best": self.best.to_json(), "seconds": self.seconds if self.ok else None, "elapsed": self.elapsed,
-                "ok": self.ok, "touch": self.touch, "trials": [t.to_json() for t in self.trials]}
+                "ok": self.ok, "trials": [t.to_json() for t in self.trials]}
 
     @staticmethod
     def from_json(kernel: str, device: str, data: dict[str, Any], cache: str) -> TuneResult:
@@ -110,10 +117,8 @@ class TuneResult:
         seconds = float(data["seconds"]) if ok else math.inf
         if not math.isfinite(seconds) and ok:
             raise ValueError(f"a verified result with {seconds} seconds")
-        touch = data.get("touch")
         return TuneResult(kernel, device, tuple(Trial.from_json(t) for t in data["trials"]),
-                          Variant.from_json(data["best"]), seconds, 0.0, cache, False, ok,
-                          None if touch is None else float(touch))
+                          Variant.from_json(data["best"]), seconds, 0.0, cache, False, ok)
 
 
 @dataclass(frozen=True)
@@ -234,11 +239,14 @@ class _Search:
             if wrong is not None:
                 return Trial(v, WRONG, None, predicted, wrong)
             timing = bench.time(compiled, outs, first, self.left, self.cancelling)
+            touch = None
+            if always_fresh(self.kernel, self.device) and not any(t.touch is not None for t in self.trials.values()):
+                touch = bench.first_touch(compiled, outs, timing.median, TOUCH_PAIRS, self.left, self.cancelling)
         except Exception as e:  # a launch error (out of resources, ...)
             return Trial(v, FAILED, None, predicted, _first_lines(f"launch: {e}"))
         finally:
             bench.free(outs)
-        return Trial(v, OK, timing.median, predicted, times=timing.times)
+        return Trial(v, OK, timing.median, predicted, times=timing.times, touch=touch)
 
     def ranked(self) -> list[Trial]:
         ok = [t for t in self.trials.values() if t.status == OK]
@@ -312,10 +320,9 @@ def tune(
                 if top == best:  # no round-over-round improvement: the beam has converged
                     break
                 best = top
-        touch = _first_touch(search, bench)
     finally:
         bench.close()
-    result = replace(_result(kernel, device, search, state), touch=touch)
+    result = _result(kernel, device, search, state)
     if cache is not None and store and not result.cancelled and result.trials and not device.lost:
         cache.put(kernel, device, result.to_json())
     return result
@@ -328,27 +335,14 @@ def _checked(result: TuneResult, kernel: Kernel, device: Device) -> TuneResult:
             raise ValueError(f"a trial's status is {t.status!r}")
         if t.seconds is not None and (not isinstance(t.seconds, int | float) or not 0 <= t.seconds < math.inf):
             raise ValueError(f"a trial took {t.seconds!r} seconds")
+        if t.touch is not None and not 0 <= t.touch < math.inf:
+            raise ValueError(f"a trial's first touch took {t.touch} seconds")
     if result.ok and not 0 <= result.seconds < math.inf:
         raise ValueError(f"the best variant took {result.seconds} seconds")
-    if result.touch is not None and not 0 <= result.touch < math.inf:
-        raise ValueError(f"its first touch took {result.touch} seconds")
     why = device.variant_error(kernel, result.best)
     if why is not None:
         raise ValueError(f"its best variant {result.best} cannot run: {why}")
     return result
-
-
-def _first_touch(search: _Search, bench: Bench) -> float | None:
-    """What the best variant's launch pays more on a plan's fresh outputs (``TuneResult.touch``), timed within
-    the search's budget; None where they are not always new pages or nothing verified."""
-    ranked = search.ranked()
-    if not ranked or not always_fresh(search.kernel, search.device) or search.cancelling() or search.device.lost:
-        return None
-    try:
-        compiled = search.device.compile(search.kernel, ranked[0].variant)
-        return bench.first_touch(compiled, TOUCH_PAIRS, search.left, search.cancelling)
-    except Exception:  # a launch that fails on fresh outputs failed nowhere else: priced, not timed
-        return None
 
 
 def _result(kernel: Kernel, device: Device, search: _Search, state: str) -> TuneResult:

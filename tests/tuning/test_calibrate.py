@@ -170,7 +170,7 @@ class ClockedFreshCost(FreshCostDevice):
         return seconds
 
 
-@pytest.mark.parametrize("limit", [0.05, 0.5])
+@pytest.mark.parametrize("limit", [0.0195, 0.5])
 def test_a_first_touch_is_timed_within_what_is_left_of_the_kernels_budget(limit):
     from engine.tuning.calibrate import LARGE, _elementwise
     from engine.tuning.search import Budget, tune
@@ -179,9 +179,10 @@ def test_a_first_touch_is_timed_within_what_is_left_of_the_kernels_budget(limit)
     kernel = _elementwise(LARGE, "add")  # a 64 MiB output: always new pages
     result = tune(kernel, device, Budget(variants=1), limit=limit, clock=lambda: device.now)
     touch = FreshCostDevice.FRESH * kernel.output_types[0].nbytes  # 13 ms a fresh launch pays more
-    assert result.ok and device.now <= limit
-    if limit < 0.1:  # its trial leaves too little for a pair of launches
-        assert result.touch is None
+    # the trial: a verification on new outputs (14 ms), a warm-up and 3 timed launches (1 ms each)
+    assert result.ok and device.now <= limit + 1e-3 + touch  # a pair that starts is let end
+    if limit < 0.02:  # its trial leaves less than a pair of its launches
+        assert result.touch is None and device.now < limit
     else:
         assert math.isclose(result.touch, touch, rel_tol=1e-6)
 

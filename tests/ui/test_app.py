@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import re
 import threading
@@ -573,10 +572,12 @@ class TestTuning:
             (" ", "numpy", "local=auto", "not tuned")]
         assert rows[0].cells[4:7] == ("1.00 µs", "2.00 µs", "miss") and rows[2].cells[7] == "out0: 4 differ"
         assert rows[3].cells[7] == "build" and rows[4].cells[5] == "5.00 µs"
-        measured = dataclasses.replace(result, touch=3e-3)  # its launch on a plan's fresh outputs, timed
+        timed = dataclasses.replace(result.trials[0], touch=3e-3)  # its launch on a plan's fresh outputs, timed
+        measured = dataclasses.replace(result, trials=(timed, *result.trials[1:]))
         rows = model.variant_rows("k_1@c3(c1)", {kn: 1e-6}, {kn: measured}, lambda k: DEFAULT_VARIANT, None, {})
-        assert rows[0].cells[7] == "a plan's launch pays 3.00 ms more on fresh outputs (measured)"
-        assert rows[1].cells[7] == ""
+        assert rows[1].cells[2] == "local=32" and measured.touch == 3e-3
+        assert rows[1].cells[7] == "a plan's launch pays 3.00 ms more on fresh outputs (measured)"
+        assert rows[0].cells[7] == ""
 
 
 class TestProblems:
