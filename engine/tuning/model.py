@@ -34,6 +34,10 @@ _ITEM_OPS = 12
 GATHER = 8
 """On a GPU, elements fetched per work item for a load whose neighbouring items read in different memory
 sectors: a sector of 32 bytes each."""
+CPU_GATHER = 8
+"""On a CPU (whose OpenCL runtime vectorises across work items), load instructions for one that neighbouring
+items do not read side by side: a scalar load per lane of a 256-bit vector of 4-byte floats, LLVM's preferred
+width on AVX-512 CPUs (RESULTS.md, "Each kernel's first touch timed")."""
 BROADCAST = 0.25
 """On a GPU, elements fetched per work item for a load every item of a warp reads alike (one fetch per warp)."""
 _LOCAL_READ = 0.5
@@ -94,18 +98,20 @@ def load_instructions(kernel: Kernel, variant: Variant, gpu: bool = False) -> tu
 
 
 def _vector_count(loads: list[Load], fastest: Var | None = None, gpu: bool = False) -> float:
-    """Load instructions for ``loads``: on a CPU, lanes of a buffer with the same index terms share vector loads
-    (up to 4 lanes each).  On a GPU, what counts is the bytes a warp fetches, so each lane counts; a run of
-    consecutive lanes that neighbouring work items (``fastest`` apart) read in different memory sectors counts
-    a sector's worth (``GATHER``), and one they all read alike (a broadcast) ``BROADCAST``."""
+    """Load instructions for ``loads``, neighbouring work items ``fastest`` apart.  On a CPU, lanes of a buffer
+    with the same index terms share vector loads (up to 4 lanes each), and a load that neighbouring items do not
+    read side by side counts ``CPU_GATHER`` times.  On a GPU, what counts is the bytes a warp fetches, so each
+    lane counts; a run of consecutive lanes that neighbouring items read in different memory sectors counts a
+    sector's worth (``GATHER``), and one they all read alike (a broadcast) ``BROADCAST``."""
     groups: dict[tuple, set[int]] = {}
     for e in loads:
         groups.setdefault((e.input, e.index.terms, e.clamped), set()).add(e.index.const)
-    if not gpu:
-        return sum(math.ceil(len(consts) / 4) for consts in groups.values())
     count = 0.0
     for (_, terms, _), consts in groups.items():
         stride = abs(dict(terms).get(fastest, 0)) if fastest is not None else 1
+        if not gpu:
+            count += math.ceil(len(consts) / 4) * (CPU_GATHER if stride > 1 else 1)
+            continue
         for n in _runs(sorted(consts)):
             count += n * BROADCAST if stride == 0 else max(n, GATHER) if stride > n else n
     return count
