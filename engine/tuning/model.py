@@ -99,8 +99,8 @@ def load_instructions(kernel: Kernel, variant: Variant, gpu: bool = False) -> tu
 
 def _vector_count(loads: list[Load], fastest: Var | None = None, gpu: bool = False) -> float:
     """Load instructions for ``loads``, neighbouring work items ``fastest`` apart.  On a CPU, lanes of a buffer
-    with the same index terms share vector loads (up to 4 lanes each), and a load that neighbouring items do not
-    read side by side counts ``CPU_GATHER`` times.  On a GPU, what counts is the bytes a warp fetches, so each
+    with the same index terms share vector loads (up to 4 lanes each), and each lane of a load that neighbouring
+    items do not read side by side counts ``CPU_GATHER``.  On a GPU, what counts is the bytes a warp fetches, so each
     lane counts; a run of consecutive lanes that neighbouring items read in different memory sectors counts a
     sector's worth (``GATHER``), and one they all read alike (a broadcast) ``BROADCAST``."""
     groups: dict[tuple, set[int]] = {}
@@ -110,7 +110,7 @@ def _vector_count(loads: list[Load], fastest: Var | None = None, gpu: bool = Fal
     for (_, terms, _), consts in groups.items():
         stride = abs(dict(terms).get(fastest, 0)) if fastest is not None else 1
         if not gpu:
-            count += math.ceil(len(consts) / 4) * (CPU_GATHER if stride > 1 else 1)
+            count += len(consts) * CPU_GATHER if stride > 1 else math.ceil(len(consts) / 4)
             continue
         for n in _runs(sorted(consts)):
             count += n * BROADCAST if stride == 0 else max(n, GATHER) if stride > n else n
