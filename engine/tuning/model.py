@@ -4,9 +4,10 @@ A roofline refined by what a variant changes: the number of work items (too
 few cannot fill the device: a reduce to one point on one work item runs on one
 lane; a CPU runtime runs a work-group on one thread and vectorises across its
 work items, so it fills with far fewer than a GPU), the load instructions a
-work item issues (lanes of an upcast or tile share loads; those that differ by
-a constant become one vector load), and a per-work-item overhead (index
-arithmetic).  A local-memory (``smem``) variant
+work item issues (lanes of an upcast or tile share loads; consecutive ones
+become one vector load; one that neighbouring work items do not read side by
+side costs a load per lane on a CPU, a memory sector per item on a GPU), and
+a per-work-item overhead (index arithmetic).  A local-memory (``smem``) variant
 reads its staged operands from global memory once per work-group (each item
 its share of the tiles, vectorised) and from local memory per lane step
 (aligned vector reads, cheaper than a cached global load).  On a CPU a row
@@ -35,9 +36,9 @@ GATHER = 8
 """On a GPU, elements fetched per work item for a load whose neighbouring items read in different memory
 sectors: a sector of 32 bytes each."""
 CPU_GATHER = 8
-"""On a CPU (whose OpenCL runtime vectorises across work items), load instructions for one that neighbouring
-items do not read side by side: a scalar load per lane of a 256-bit vector of 4-byte floats, LLVM's preferred
-width on AVX-512 CPUs (RESULTS.md, "Each kernel's first touch timed")."""
+"""On a CPU (whose OpenCL runtime vectorises across work items), load instructions for each element of a load
+that neighbouring items do not read side by side: a scalar load per lane of a 256-bit vector of 4-byte floats, LLVM's preferred
+width on AVX-512 CPUs (RESULTS.md, "Each kernel's first touch timed; GPU and PoCL loads counted as fetched")."""
 BROADCAST = 0.25
 """On a GPU, elements fetched per work item for a load every item of a warp reads alike (one fetch per warp)."""
 _LOCAL_READ = 0.5
