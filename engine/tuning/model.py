@@ -4,9 +4,10 @@ A roofline refined by what a variant changes: the number of work items (too
 few cannot fill the device: a reduce to one point on one work item runs on one
 lane; a CPU runtime runs a work-group on one thread and vectorises across its
 work items, so it fills with far fewer than a GPU), the load instructions a
-work item issues (lanes of an upcast or tile share loads; consecutive ones
-become one vector load; one that neighbouring work items do not read side by
-side costs a load per lane on a CPU, a memory sector per item on a GPU), and
+work item issues (lanes of an upcast or tile share loads; on a CPU those with
+the same index terms share vector loads, on a GPU each lane's bytes count; one
+that neighbouring work items do not read side by side costs a load per lane on
+a CPU, a memory sector per item on a GPU), and
 a per-work-item overhead (index arithmetic).  A local-memory (``smem``) variant
 reads its staged operands from global memory once per work-group (each item
 its share of the tiles, vectorised) and from local memory per lane step
