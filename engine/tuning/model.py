@@ -7,8 +7,8 @@ work items, so it fills with far fewer than a GPU), the load instructions a
 work item issues (lanes of an upcast or tile share loads; on a CPU those with
 the same index terms share vector loads, on a GPU each lane's bytes count; one
 that neighbouring work items do not read side by side costs a load per lane on
-a CPU, a memory sector per item on a GPU), and
-a per-work-item overhead (index arithmetic).  A local-memory (``smem``) variant
+a CPU, a memory sector per item on a GPU), and a per-work-item overhead (index
+arithmetic).  A local-memory (``smem``) variant
 reads its staged operands from global memory once per work-group (each item
 its share of the tiles, vectorised) and from local memory per lane step
 (aligned vector reads, cheaper than a cached global load).  On a CPU a row
@@ -38,8 +38,9 @@ GATHER = 8
 sectors: a sector of 32 bytes each."""
 CPU_GATHER = 8
 """On a CPU (whose OpenCL runtime vectorises across work items), load instructions for each element of a load
-that neighbouring items do not read side by side: a scalar load per lane of a 256-bit vector of 4-byte floats, LLVM's preferred
-width on AVX-512 CPUs (RESULTS.md, "Each kernel's first touch timed; GPU and PoCL loads counted as fetched")."""
+that neighbouring items do not read side by side: a scalar load per lane of a 256-bit vector of 4-byte floats,
+LLVM's preferred width on AVX-512 CPUs (RESULTS.md, "Each kernel's first touch timed; GPU and PoCL loads counted
+as fetched")."""
 BROADCAST = 0.25
 """On a GPU, elements fetched per work item for a load every item of a warp reads alike (one fetch per warp)."""
 _LOCAL_READ = 0.5
@@ -102,9 +103,9 @@ def load_instructions(kernel: Kernel, variant: Variant, gpu: bool = False) -> tu
 def _vector_count(loads: list[Load], fastest: Var | None = None, gpu: bool = False) -> float:
     """Load instructions for ``loads``, neighbouring work items ``fastest`` apart.  On a CPU, lanes of a buffer
     with the same index terms share vector loads (up to 4 lanes each), and each lane of a load that neighbouring
-    items do not read side by side counts ``CPU_GATHER``.  On a GPU, what counts is the bytes a warp fetches, so each
-    lane counts; a run of consecutive lanes that neighbouring items read in different memory sectors counts a
-    sector's worth (``GATHER``), and one they all read alike (a broadcast) ``BROADCAST``."""
+    items do not read side by side counts ``CPU_GATHER``.  On a GPU, what counts is the bytes a warp fetches, so
+    each lane counts; a run of consecutive lanes that neighbouring items read in different memory sectors counts
+    a sector's worth (``GATHER``), and one they all read alike (a broadcast) ``BROADCAST``."""
     groups: dict[tuple, set[int]] = {}
     for e in loads:
         groups.setdefault((e.input, e.index.terms, e.clamped), set()).add(e.index.const)

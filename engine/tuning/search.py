@@ -92,6 +92,7 @@ class TuneResult:
     cancelled: bool = False
     ok: bool = True
     """Whether some variant verified (if not, ``best`` is the default and ``seconds`` infinite)."""
+
     @property
     def touch(self) -> float | None:
         """What a plan's launch pays more on fresh outputs than a trial, as a trial timed it; None where none did
