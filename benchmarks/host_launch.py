@@ -89,7 +89,7 @@ def calibration_term(device) -> None:
         bench = Bench(device, kernel, arrays=calibrate.halves(kernel))
         for variant in calibrate.family_variants(kernel, device):
             compiled = device.compile(kernel, variant)
-            reads = [calibrate._first_touch(device, bench, compiled, calibrate.FRESH_PAIRS) for _ in range(3)]
+            reads = [calibrate._first_touch(bench, compiled, calibrate.FRESH_PAIRS) for _ in range(3)]
             print(f"first-touch term on `{name}`, `{variant.tag}`: " + ", ".join(per_byte(r) for r in reads))
         bench.close()
 
