@@ -50,7 +50,7 @@ def main() -> None:
                 elapsed = time.perf_counter() - start
                 default = result.default
                 base = default.seconds if default is not None and default.seconds else predict(k, device)
-                moved = sum(b.nbytes for b in k.inputs) + sum(b.nbytes for b in k.output_types)
+                moved = k.moved_bytes
                 wrong = sum(t.status == WRONG for t in result.trials)
                 failed = sum(t.status == FAILED for t in result.trials)
                 shape = "x".join(map(str, k.shape)) or "()"

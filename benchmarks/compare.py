@@ -213,8 +213,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
             details.append("    " + "; ".join(f"{t.variant}: {ms(t.seconds) if t.seconds else t.status}"
                                             for t in r.trials))
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
-    moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
-                for s in plan.launches())
+    moved = sum(s.kernel.moved_bytes for s in plan.launches())
     return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put,
                     runs, kept)
 

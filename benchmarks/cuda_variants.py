@@ -57,7 +57,7 @@ def main() -> None:
             print(f"\n== {name}: torch eager {eager * 1e3:.4f} ms, torch.compile {compiled * 1e3:.4f} ms", flush=True)
         for cand in c.kernelization.candidates.values():
             k = cand.kernel
-            moved = sum(b.nbytes for b in (*k.inputs, *k.output_types))
+            moved = k.moved_bytes
             if (k.reduce is None and not k.stages) or moved < 1 << 20 or not device.supports(k):
                 continue
             print(f"-- {cand.name if hasattr(cand, 'name') else k.name} {k.name} shape {k.shape} "

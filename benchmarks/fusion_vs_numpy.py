@@ -55,8 +55,7 @@ def main() -> None:
                 times = compilation.execution.step_times
                 kernel_time.append(sum(t for s, t in zip(compilation.plan.steps, times) if isinstance(s, Launch)))
             best = min(kernel_time[1:])
-            moved = sum(sum(b.nbytes for b in s.kernel.inputs) + sum(b.nbytes for b in s.kernel.output_types)
-                        for s in launches)
+            moved = sum(s.kernel.moved_bytes for s in launches)
             status = "ok" if verification.ok else "WRONG"
             print(f"  {device.name}: {len(launches)} kernels, {best * 1e3:.1f} ms, {eager / best:.2f}x numpy eager, "
                   f"{moved / best / 1e9:.1f} GB/s over {moved / 1e6:.0f} MB, verified {status}")

@@ -115,7 +115,7 @@ def main(names: list[str]) -> None:
             print(f"| {name} | {launch.name} | " + " | ".join(median(t) for t in rows.values())
                   + f" | {median(in_execute)} | {units.seconds(launch.predicted)} |", flush=True)
             extra = statistics.median(rows["kept"]) - statistics.median(rows["hot"])
-            paid.append(f"{name} {launch.name}: {per_byte(extra / sum(b.nbytes for b in launch.kernel.output_types))}")
+            paid.append(f"{name} {launch.name}: {per_byte(extra / launch.kernel.output_bytes)}")
     print("fresh outputs, kept less hot, per byte: " + "; ".join(paid))
     calibration_term(device)
 

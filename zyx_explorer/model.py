@@ -369,7 +369,7 @@ def plan_rows(plan: ExecPlan, measured: tuple[float, ...] | None, short: Mapping
         kind = type(step).__name__
         if isinstance(step, Launch):
             what = f"{step.name} -> c{step.outputs[0][0]} ({', '.join(f'c{v[0]}' for v in step.inputs)})"
-            where, predicted, nbytes = step.device, step.predicted, sum(b.nbytes for b in step.kernel.output_types)
+            where, predicted, nbytes = step.device, step.predicted, step.kernel.output_bytes
         elif isinstance(step, Copy):
             what = f"c{step.source[0]}: {short.get(step.source[1], step.source[1])} -> {short.get(step.target[1], step.target[1])}"
             where, predicted, nbytes = step.target[1], step.predicted, step.buffer.nbytes

@@ -483,7 +483,7 @@ class CublasDevice(Device):
         """Roofline plus the launch: a matmul's flops in waves of ``tile``-square output tiles, one per
         multiprocessor at ``flops / units`` (a small matmul leaves most of them idle); any other kernel's
         reduce flops at ``flops``; either's buffers' bytes at ``bandwidth``."""
-        nbytes = sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
+        nbytes = kernel.moved_bytes
         seconds = max(nbytes / self.bandwidth, 2 * kernel.numel * sum(r.size for r in kernel.reduces) / self.flops)
         mm = self._matmul(kernel) if kernel.reduce is not None else None
         if mm is not None:
@@ -497,7 +497,7 @@ class CublasDevice(Device):
     def _prologue_bytes(prologue: Kernel) -> int:
         """What a prologue moves: the inputs it reads, its scratch buffer written, then read by the GEMM."""
         read = {load.input for load in prologue.loads()}
-        return sum(prologue.inputs[i].nbytes for i in read) + 2 * sum(b.nbytes for b in prologue.output_types)
+        return sum(prologue.inputs[i].nbytes for i in read) + 2 * prologue.output_bytes
 
     def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         """``estimate`` over the share of the GPU an NVRTC launch fills: fewer threads than the multiprocessors
@@ -516,7 +516,7 @@ class CublasDevice(Device):
         """An implicit GEMM: its inputs read and outputs written once, its flops at ``gemm_efficiency`` of
         ``flops`` over the share of the multiprocessors its blocks fill."""
         kernel = gemm.kernel
-        nbytes = sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
+        nbytes = kernel.moved_bytes
         (bx, by, bz), _ = cuda_gemm.grid(gemm, variant)
         fill = min(1.0, bx * by * bz / self.units)
         batch, m, n, k = gemm.sizes

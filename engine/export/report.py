@@ -82,7 +82,7 @@ def plan_table(c: Compilation) -> Table:
     rows = []
     for i, s in enumerate(c.plan.steps, 1):
         if isinstance(s, Launch):
-            what, where, size = s.name, s.device, sum(b.nbytes for b in s.kernel.inputs)
+            what, where, size = s.name, s.device, s.kernel.input_bytes
         elif isinstance(s, Copy):
             what, size = f"c{s.source[0]}", s.buffer.nbytes
             where = f"{short.get(s.source[1], s.source[1])} → {short.get(s.target[1], s.target[1])}"

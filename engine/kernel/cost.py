@@ -26,7 +26,7 @@ class Work:
 
 
 def work(kernel: Kernel) -> Work:
-    nbytes = sum(b.nbytes for b in kernel.inputs) + sum(b.nbytes for b in kernel.output_types)
+    nbytes = kernel.moved_bytes
     ops = loads = 0
     for e, times in _evaluations(kernel):
         ops += times * isinstance(e, Op)

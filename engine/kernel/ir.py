@@ -233,6 +233,19 @@ class Kernel:
         return tuple(Buffer(shape, e.dtype) for e in self.outputs)
 
     @property
+    def input_bytes(self) -> int:
+        return sum(b.nbytes for b in self.inputs)
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(b.nbytes for b in self.output_types)
+
+    @property
+    def moved_bytes(self) -> int:
+        """Bytes a launch must read and write at least: every input once, every output once."""
+        return self.input_bytes + self.output_bytes
+
+    @property
     def row(self) -> tuple[Var, ...]:
         """A row kernel's row variables (the store variables that are not global); empty for other kernels."""
         return tuple(v for v in self.store if v not in self.vars)

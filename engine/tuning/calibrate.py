@@ -199,7 +199,7 @@ class Calibration:
         if self.cache <= 0:
             return 1.0
         low, high = _cached_copy(self.cache) * 12, 2 * self.cache  # 12: the copy's bytes per element
-        return min(max(math.log2(max(_footprint(kernel), 1) / low) / math.log2(max(high / low, 2)), 0.0), 1.0)
+        return min(max(math.log2(max(kernel.moved_bytes, 1) / low) / math.log2(max(high / low, 2)), 0.0), 1.0)
 
     def op_seconds(self, kernel: Kernel) -> float:
         """Seconds ``kernel``'s transcendental ops cost beyond the fitted roofline."""
@@ -357,13 +357,13 @@ class Calibrations:
         its inputs stream from memory (launch after launch on the same buffers, it found them cached), the rest
         of that streaming time: a plan's launch reads them from memory (a program input, an upload, a kernel's
         output some launches ago)."""
-        fresh = self.get(device).fresh * sum(b.nbytes for b in kernel.output_types) if touch is None else touch
+        fresh = self.get(device).fresh * kernel.output_bytes if touch is None else touch
         return fresh + self._streaming(kernel, device, seconds)
 
     def _streaming(self, kernel: Kernel, device: Device, seconds: float) -> float:
         """Seconds ``kernel``'s inputs take to stream from memory beyond a trial's ``seconds``."""
         c = self.get(device)
-        stream = sum(b.nbytes for b in kernel.inputs) / c.bandwidth if c.bandwidth > 0 else 0.0
+        stream = kernel.input_bytes / c.bandwidth if c.bandwidth > 0 else 0.0
         return max(stream - seconds, 0.0)
 
     def observe_first_touch(self, kernel: Kernel, device: Device, trial: float, seconds: float) -> None:
@@ -371,7 +371,7 @@ class Calibrations:
         memory of always new pages, what it paid more than the trial and its inputs' streaming, per output byte,
         is an observed first touch (``Calibration.touches``)."""
         if always_fresh(kernel, device):
-            nbytes = sum(b.nbytes for b in kernel.output_types)
+            nbytes = kernel.output_bytes
             extra = seconds - trial - self._streaming(kernel, device, trial)
             self.get(device).observe_touch(max(extra, 0.0) / nbytes)
 
@@ -414,11 +414,6 @@ class Calibrations:
         except OSError as e:
             warnings.warn(CacheWarning(f"calibration {self.path} cannot be written ({e}); kept in memory"),
                           stacklevel=2)
-
-
-def _footprint(kernel: Kernel) -> int:
-    """Bytes of ``kernel``'s working set: its inputs and outputs."""
-    return sum(b.nbytes for b in (*kernel.inputs, *kernel.output_types))
 
 
 def _fixed(c: Calibration, kernel: Kernel, device: Device, variant: Variant, wake: float | None = None) -> float:
@@ -542,7 +537,7 @@ def benchmark(device: Device, calibrations: Calibrations) -> None:
         best = min(min(times) - _fixed(c, large_kernel, device, v, wake) for v, times in copies)
         if cold is not None:  # slower than any launch on buffers a large cache kept
             best = max(best, cold[1] - _fixed(c, large_kernel, device, cold[0], wake))
-        c.bandwidth = _footprint(large_kernel) / best if best > 0 else 0.0
+        c.bandwidth = large_kernel.moved_bytes / best if best > 0 else 0.0
         with contextlib.suppress(Exception):  # a device that cannot run it keeps no cache term
             _stream(device, c, micro_kernels()[1], copies, wake)
     if device.barrier_loops or device.is_gpu:
@@ -800,4 +795,4 @@ def _first_touch(bench: Any, compiled: Any, pairs: int) -> float:
         touch = bench.first_touch(compiled, reused, seconds, pairs) or 0.0
     finally:
         bench.free(reused)
-    return touch / sum(b.nbytes for b in bench.kernel.output_types)
+    return touch / bench.kernel.output_bytes

@@ -78,7 +78,7 @@ freed heap memory, whose first touch is already paid, so only larger ones tell w
 def always_fresh(kernel: Kernel, device: Device) -> bool:
     """Whether a plan's launch of ``kernel`` on ``device`` writes host outputs of always new pages, whose first
     touches (page faults) trials, reusing their outputs, never pay."""
-    return device.pool == HOST and sum(b.nbytes for b in kernel.output_types) > ALWAYS_FRESH
+    return device.pool == HOST and kernel.output_bytes > ALWAYS_FRESH
 
 
 @dataclass(frozen=True)
