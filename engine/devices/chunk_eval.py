@@ -99,7 +99,8 @@ class Workspace:
         for k, e in self._views.items():
             if e.clamped:
                 j = next(j for j, (i, _, _) in enumerate(p.pads) if i == e.input)
-                self._full[k] = self._whole.view(flats[len(p.kernel.inputs) + j], add(e.index, lit(p.pads[j][1])))
+                first = len(p.kernel.inputs) + len(p.windows)
+                self._full[k] = self._whole.view(flats[first + j], add(e.index, lit(p.pads[j][1])))
             else:
                 self._full[k] = self._whole.view(flats[e.input], e.index)
         return self

@@ -5,7 +5,8 @@ then the reduce ``vars``, so a variable's values are a broadcastable
 ``arange``.  An affine ``Load`` is a zero-copy strided view of its input (the
 coefficient of each variable is its stride; a variable the index does not use
 gets a size-1, stride-0 axis); a clamped affine load views a zero-padded copy
-of its input, any other load gathers with ``np.take``.  Every node's value
+of its input, any other load gathers with ``np.take``; a load masked by bounds on its input's axes (a
+convolution's padding) becomes a view of a copy padded along them (``windows``).  Every node's value
 therefore only spans the axes it depends on (its *span*), which hoists
 loop-invariant work for free.  Before planning, ``engine.kernel.simplify``
 turns head-split and padded reads affine.
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.devices.windows import Window, windowed
 from engine.kernel.index import Div, Idx, Mod, Var
 from engine.kernel.ir import Acc, Const, Expr, Kernel, Load, Op, Where, schedule
 from engine.kernel.simplify import split_vars
@@ -146,6 +148,9 @@ class Plan:
     """Dtype and elements of each workspace buffer."""
     pads: tuple[tuple[int, int, int], ...] = ()
     """Inputs read through zero-padded copies (``_pads``)."""
+    windows: tuple[Window, ...] = ()
+    """Inputs read through zero-padded copies of their axes (``windows.windowed``): flat inputs ``n``, ``n + 1``
+    ... for ``n`` inputs, before the ``pads``' copies."""
     dot: tuple[Expr, Expr] | None = None
     """A streamed reduce's ``sum(a * b)`` factors: each block is reduced by a batched ``np.matmul``, unformed."""
     idle: list[Workspace] = field(default_factory=list, init=False, compare=False, repr=False)
@@ -245,7 +250,8 @@ def _pads(kernel: Kernel) -> tuple[tuple[int, int, int], ...]:
     return tuple((i, before, after) for i, (before, after) in sorted(pads.items()))
 
 
-def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int | None = MAX_ELEMENTS) -> Plan:
+def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int | None = MAX_ELEMENTS,
+         windows: bool = True) -> Plan:
     """Prepare ``kernel``: chunks whose materialised values hold at most ``max_elements`` elements.
 
     A chunk grows up to ``view_elements`` while its materialised values stay
@@ -253,10 +259,11 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
     contraction's factors and output chunk are bounded by ``view_elements``.
     With ``view_elements=None`` chunks hold at most ``max_elements`` and
     contractions are streamed like any reduce.  The plan's kernel is
-    ``split_vars(kernel)``, whose shape may have more axes.
+    ``split_vars(kernel)``, whose shape may have more axes; with ``windows`` (the numpy evaluator's plans), its
+    masked reads that a padded copy serves read that copy, an input after the kernel's own (``Plan.windows``).
     """
     assert max_elements >= 1
-    kernel = split_vars(kernel)
+    kernel, padded = windowed(split_vars(kernel), len(kernel.inputs)) if windows else (split_vars(kernel), ())
     assert tuple(v.size for v in kernel.vars) == tuple(kernel.shape), (kernel.vars, kernel.shape)
     rvars = kernel.reduce.vars if kernel.reduce else ()
     axes = {v: i for i, v in enumerate((*kernel.vars, *rvars))}
@@ -294,7 +301,7 @@ def plan(kernel: Kernel, max_elements: int = CHUNK_ELEMENTS, view_elements: int 
     _allocate(body, body_roots, ufuncs, spans, body_shape, slots, slot_types)
     _allocate(outputs, kernel.outputs, ufuncs, spans, first + (1,) * len(rdims), slots, slot_types)
     return Plan(kernel, axes, body, outputs, gblocks, rblocks, factors, spans, ufuncs, slots, tuple(slot_types),
-                _pads(kernel), dot)
+                _pads(kernel), padded, dot)
 
 
 def _allocate(order: Sequence[Expr], roots: Sequence[Expr], ufuncs: dict[Expr, Ufunc],

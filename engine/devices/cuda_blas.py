@@ -136,7 +136,8 @@ def staged(p: Plan) -> tuple[Plan, tuple[Kernel, ...], dict[Expr, Expr]] | None:
     (body,) = map_exprs([red.body], swap)
     scratch = tuple(Buffer(pro.shape, pro.outputs[0].dtype) for pro in prologues)
     kernel = Kernel((*k.inputs, *scratch), k.shape, k.vars, Reduce(red.op, red.vars, body), k.outputs)
-    return plan(kernel, view_elements=sys.maxsize), tuple(prologues), {load: f for f, load in swap.items()}
+    split = plan(kernel, view_elements=sys.maxsize, windows=False)
+    return split, tuple(prologues), {load: f for f, load in swap.items()}
 
 
 def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | None:
@@ -150,7 +151,7 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
         return None
     if any(b.dtype != DType.F32 for b in kernel.inputs):
         return None
-    direct = plan(kernel, view_elements=sys.maxsize)
+    direct = plan(kernel, view_elements=sys.maxsize, windows=False)
     if direct.factors is None:
         return None
     found = staged(direct)

@@ -148,6 +148,7 @@ def run(p: Plan | RowPlan, inputs: Sequence[np.ndarray], outputs: Sequence[np.nd
     if kernel.numel == 0:
         return
     flats = flat_inputs(kernel, inputs)
+    flats += [w.copy(flats[w.input]) for w in p.windows]
     for i, before, after in p.pads:
         flats.append(np.concatenate([np.zeros(before, flats[i].dtype), flats[i], np.zeros(after, flats[i].dtype)]))
     targets = [o if o.flags.c_contiguous else np.empty(o.shape, o.dtype) for o in outputs]

@@ -30,8 +30,13 @@ class Recipe:
     first would compute ``sum(a) * b``, which differs from the sum of the products where they hold infinities)."""
     perms: tuple[tuple[int, ...], tuple[int, ...]]
     dims: tuple[tuple[int, int, int], tuple[int, int, int]]
+    groups: tuple[tuple[int, int], tuple[int, int]]
+    """Where each factor's matrix axes start, in its ``perms`` order: its rows, then its columns."""
     result: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
     """Shape, then axis order, of the matmul's result, then the chunk's shape."""
+    columns_first: bool
+    """The output's innermost axis is a row of the matmul (a convolution's image column): the result is
+    computed transposed, so that the epilogue reads it in runs."""
 
 
 def _recipe(p: Plan, shape: tuple[int, ...], chunk: tuple[Block, ...]) -> Recipe:
@@ -52,8 +57,10 @@ def _recipe(p: Plan, shape: tuple[int, ...], chunk: tuple[Block, ...]) -> Recipe
         (tuple(batch + ma + inner + [i for i in range(nd) if i not in sa]),
          tuple(batch + inner + nb + [i for i in range(nd) if i not in sb])),
         ((size[0], size[1], size[2]), (size[0], size[2], size[3])),
+        ((len(batch), len(batch) + len(ma)), (len(batch), len(batch) + len(inner))),
         (tuple([shape[i] for i in order] + [1] * (len(rest) + len(inner))), tuple(np.argsort(order + rest + inner)),
          tuple(n for _, n in chunk) + (1,) * (nd - ng)),
+        ng - 1 in ma,
     )
 
 
@@ -71,14 +78,16 @@ def product(p: Plan, recipes: dict[tuple[int, ...], Recipe], shape: tuple[int, .
     if r is None:
         r = recipes[shape] = _recipe(p, shape, chunk)
     ms = []
-    for v, target, perm, dims in zip((av, bv), r.shapes, r.perms, r.dims):
+    for v, target, perm, dims, groups in zip((av, bv), r.shapes, r.perms, r.dims, r.groups):
         v = widen(v)
         if v.shape != target:
             v = np.broadcast_to(v, target)
-        ms.append(v.transpose(perm).reshape(dims))
+        ms.append(_matrices(v.transpose(perm), dims, groups))
     am, bm = (_blasable(m) for m in ms)
     out = _matmul_out(window, r, (am.shape[0], am.shape[1], bm.shape[2]), np.result_type(am, bm))
-    if am.shape[0] == 1:
+    if r.columns_first and out is None:
+        c = np.matmul(bm.transpose(0, 2, 1), am.transpose(0, 2, 1)).transpose(0, 2, 1)
+    elif am.shape[0] == 1:
         c = np.matmul(am[0], bm[0], out=None if out is None else out[0])[None]
     else:
         c = np.matmul(am, bm, out=out)
@@ -97,6 +106,23 @@ def _matmul_out(window: np.ndarray | None, r: Recipe, dims: tuple[int, int, int]
     except ValueError:
         return None
     return out if out.strides[-1] == out.itemsize and out.strides[-2] >= max(dims[2], 1) * out.itemsize else None
+
+
+def _matrices(v: np.ndarray, dims: tuple[int, int, int], groups: tuple[int, int]) -> np.ndarray:
+    """``v`` (batch, row and column axes in order) as ``dims`` matrices: a view where its strides allow, else a
+    copy that streams: when a row axis is the unit-stride one (a convolution's window over an image row), the copy
+    is laid out column-major, each matrix a transposed view (BLAS reads it as it is; a row-major copy of such a
+    view runs several times slower)."""
+    try:
+        return v.reshape(dims, copy=False)
+    except ValueError:
+        pass
+    moving = [(abs(st), axis) for axis, (n, st) in enumerate(zip(v.shape, v.strides)) if n > 1 and st]
+    rows, columns = groups
+    if not moving or not rows <= min(moving)[1] < columns:
+        return v.reshape(dims)
+    order = [*range(rows), *range(columns, v.ndim), *range(rows, columns)]
+    return np.ascontiguousarray(v.transpose(order)).reshape(dims[0], dims[2], dims[1]).transpose(0, 2, 1)
 
 
 def _blasable(x: np.ndarray) -> np.ndarray:

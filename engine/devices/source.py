@@ -68,6 +68,8 @@ def numpy_program(p: Plan, kind: str) -> str:
     k = p.kernel
     chunks = p.chunk_count
     lines = [f"# {kind}: {k.name} over {list(k.shape)} in {chunks} chunk{'s' if chunks != 1 else ''}"]
+    first = len(k.inputs)
+    lines += [f"in{first + i} = {w}  # copied once per launch" for i, w in enumerate(p.windows)]
     if k.reduce is not None:
         head = f"# reduce {k.reduce.op} over {', '.join(f'{v.name} < {v.size}' for v in k.reduce.vars)}"
         if p.factors is not None or p.dot is not None:

@@ -517,12 +517,28 @@ def test_library_rejects_other_kernels() -> None:
     exp_body = Op("mul", (Op("exp2", (mul.args[0],), F32), mul.args[1]), F32)
     assert not blas.supports(Kernel(mm.inputs, mm.shape, mm.vars, Reduce("sum", mm.reduce.vars, exp_body), (Acc(F32),)))
     assert not blas.supports(matmul("NN", dtype=DType.I32))
-    g, r = Var("g0", 4), Var("r0", 3)  # a padded (clamped) operand
-    padded = leaf(0, (4, 2)).pad(((0, 0), (0, 1)))
+
+
+def _padded_product(zero: float) -> Kernel:
+    """``pad(x, right=1) @ w`` for x of 4 x 2 and w of 3, the pad's value ``zero``."""
+    g, r = Var("g0", 4), Var("r0", 3)
+    padded = leaf(0, (4, 2)).pad(((0, 0), (0, 1)), zero)
     body = Op("mul", (padded.at([var(g), var(r)]), Load(1, var(r), 3, F32)), F32)
-    k = Kernel((Buffer((4, 2), F32), Buffer((3,), F32)), (4,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
-    assert not blas.supports(k)
-    assert NumpyDevice().supports(k)
+    return Kernel((Buffer((4, 2), F32), Buffer((3,), F32)), (4,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
+
+
+def test_a_padded_operand_is_a_view_of_a_zero_padded_copy() -> None:
+    """A load masked by a bound on one of its input's axes (a pad) reads a copy padded along that axis: the
+    contraction becomes BLAS's, and both devices give the padded product; a -0.0 pad keeps its mask."""
+    k = _padded_product(0.0)
+    assert [str(w) for w in plan(k).windows] == ["in0 as [4, 2] zero-padded by [[0, 0], [0, 1]]"]
+    assert LibraryDevice().supports(k)
+    x, w = data((4, 2)), data((3,))
+    for device in (NumpyDevice(), LibraryDevice()):
+        (got,) = launch(device, k, [x, w])
+        close(got, (np.pad(x, ((0, 0), (0, 1))) @ w).astype(np.float32), F32)
+    negative = _padded_product(-0.0)
+    assert plan(negative).windows == () and not LibraryDevice().supports(negative)
 
 
 def test_numpy_device_protocol() -> None:
@@ -678,15 +694,22 @@ def test_modulo_coefficients_reduce() -> None:
     close(evaluate(k, [x])[0], np.array([x[j:j + 3].sum() for j in range(3)], np.float32), F32)
 
 
-def test_clamped_affine_loads_read_a_padded_copy(gathers: list[int]) -> None:
-    """A 1-D convolution with padding 1: the padded operand is a view of a zero-padded copy, no gather."""
+@pytest.mark.parametrize("zero", [0.0, -0.0])
+def test_clamped_affine_loads_read_a_padded_copy(gathers: list[int], zero: float) -> None:
+    """A 1-D convolution with padding 1: the padded operand is a view of a zero-padded copy, no gather; a
+    window's (``Plan.windows``, the mask gone) or, for a -0.0 pad, the flat input's (``Plan.pads``, masked)."""
     x, w = data((7,)), data((3,))
     g, r = Var("g0", 7), Var("r0", 3)
-    padded = leaf(0, (7,)).pad(((1, 1),))
+    padded = leaf(0, (7,)).pad(((1, 1),), zero)
     body = Op("mul", (padded.at([add(var(g), var(r))]), Load(1, var(r), 3, F32)), F32)
     k = Kernel((Buffer((7,), F32), Buffer((3,), F32)), (7,), (g,), Reduce("sum", (r,), body), (Acc(F32),))
-    assert any(load.clamped for load in k.loads()) and plan(k).pads == ((0, 1, 1),)
-    xp = np.pad(x, 1)
+    p = plan(k)
+    assert any(load.clamped for load in k.loads())
+    if zero == 0.0 and not np.signbit(zero):
+        assert p.pads == () and [str(w) for w in p.windows] == ["in0 as [7] zero-padded by [[1, 1]]"]
+    else:
+        assert p.pads == ((0, 1, 1),) and p.windows == ()
+    xp = np.pad(x, 1, constant_values=zero)
     want = np.array([xp[j:j + 3] @ w for j in range(7)], np.float32)
     for limit in (2, CHUNK_ELEMENTS):
         close(evaluate(k, [x, w], limit, 2)[0], want, F32)
@@ -778,7 +801,8 @@ def test_estimates_follow_the_plan() -> None:
 
 
 def test_convolution_contracts_a_masked_factor(gathers: list[int]) -> None:
-    """A 3x3 convolution, padding 1: the padded window (a ``Where``) is materialised, then one matmul."""
+    """A 3x3 convolution, padding 1: the padded window is a view of the image copied once with its zero border,
+    then one matmul (BLAS's too), computed transposed since an image column is the output's innermost axis."""
     x, w = data((2, 5, 5)), data((3, 2, 3, 3))
     go, gh, gw = gvars((3, 5, 5))
     rc, ri, rj = Var("r0", 2), Var("r1", 3), Var("r2", 3)
@@ -787,11 +811,12 @@ def test_convolution_contracts_a_masked_factor(gathers: list[int]) -> None:
     red = Reduce("sum", (rc, ri, rj), Op("mul", (window, weight), F32))
     k = Kernel((Buffer((2, 5, 5), F32), Buffer((3, 2, 3, 3), F32)), (3, 5, 5), (go, gh, gw), red, (Acc(F32),))
     p = plan(k)
-    assert p.factors is not None and isinstance(p.factors[0], Where) and p.factors[0] in p.ufuncs
+    assert p.factors is not None and isinstance(p.factors[0], Load) and not p.factors[0].clamped
+    assert [str(w) for w in p.windows] == ["in0 as [2, 5, 5] zero-padded by [[0, 0], [1, 1], [1, 1]]"]
     xp = np.pad(x, ((0, 0), (1, 1), (1, 1)))
     cols = np.stack([xp[:, i:i + 5, j:j + 5] for i in range(3) for j in range(3)], 1)  # [c, 9, h, w]
     want = np.einsum("ckhw,ock->ohw", cols, w.reshape(3, 2, 9))
-    for device in (NumpyDevice(), NumpyDevice(view_elements=60), NumpyDevice(view_elements=None)):
+    for device in (NumpyDevice(), NumpyDevice(view_elements=60), NumpyDevice(view_elements=None), LibraryDevice()):
         close(launch(device, k, [x, w])[0], want, F32)
     assert gathers == []
 
