@@ -115,7 +115,11 @@ def _window(e: Where) -> tuple[Window, Idx] | None:
             const += (i.const + pads[k][0]) * stride
         stride *= n + sum(pads[k])
     window = Window(load.input, tuple(n for _, n, _ in reversed(axes)), tuple(reversed(pads)))
-    return window, add(*(scale(var(v), c) for v, c in terms), lit(const))
+    index = add(*(scale(var(v), c) for v, c in terms), lit(const))
+    lo, hi = index.bounds
+    if lo < 0 or hi >= math.prod(window.padded):  # a view must never leave its copy (as_strided checks nothing)
+        return None
+    return window, index
 
 
 def _positive_zero(c: Const) -> bool:

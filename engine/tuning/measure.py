@@ -71,14 +71,15 @@ def mismatch(got: Sequence[np.ndarray], want: Sequence[np.ndarray], rtol: float,
 
 
 ALWAYS_FRESH = 32 << 20
-"""Bytes above which a host output is always new pages (glibc's largest mmap threshold): smaller ones may reuse
-freed heap memory, whose first touch is already paid, so only larger ones tell what a first touch costs."""
+"""Bytes from which a host output is always new pages (glibc maps every request of its largest mmap threshold or
+more afresh): smaller ones may reuse freed heap memory, whose first touch is already paid, so only these tell what
+a first touch costs."""
 
 
 def always_fresh(kernel: Kernel, device: Device) -> bool:
     """Whether a plan's launch of ``kernel`` on ``device`` writes host outputs of always new pages, whose first
     touches (page faults) trials, reusing their outputs, never pay."""
-    return device.pool == HOST and kernel.output_bytes > ALWAYS_FRESH
+    return device.pool == HOST and kernel.output_bytes >= ALWAYS_FRESH
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from engine.tuning.calibrate import (
     op_probes,
     shape,
 )
+from engine.tuning.measure import always_fresh
 from engine.tuning.model import group_rounds
 from tests.test_autotune import matmul, row_sum
 
@@ -155,6 +156,14 @@ def test_a_tuned_kernel_with_large_host_outputs_is_priced_with_the_first_touch_i
         assert c.execution is not None
         (step,) = [t for s, t in zip(c.plan.steps, c.execution.step_times) if s is large]
         assert math.isclose(step, large.predicted, rel_tol=1e-6)
+
+
+def test_host_outputs_of_32_mib_or_more_are_always_new_pages():
+    """glibc maps a request of 32 MiB (its largest mmap threshold) or more afresh each time, so a 32 MiB output
+    pays its first touch in every launch (RESULTS.md, "32 MiB outputs are new pages too"); one element less may
+    reuse the heap."""
+    assert always_fresh(row_sum(8 << 20, 2), NumpyDevice())
+    assert not always_fresh(row_sum((8 << 20) - 1, 2), NumpyDevice())
 
 
 class ClockedFreshCost(FreshCostDevice):
