@@ -96,10 +96,10 @@ class Workspace:
         if not flats:
             return self
         p = self.plan
+        first = len(p.kernel.inputs) + len(p.windows)  # the flat inputs' padded copies follow these
         for k, e in self._views.items():
             if e.clamped:
                 j = next(j for j, (i, _, _) in enumerate(p.pads) if i == e.input)
-                first = len(p.kernel.inputs) + len(p.windows)
                 self._full[k] = self._whole.view(flats[first + j], add(e.index, lit(p.pads[j][1])))
             else:
                 self._full[k] = self._whole.view(flats[e.input], e.index)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from engine.kernel.index import Idx, Var, add, lit, scale, var
-from engine.kernel.ir import Const, Expr, Kernel, Load, Reduce, Where, map_exprs, schedule
+from engine.kernel.ir import Const, Expr, Kernel, Load, Where, map_kernel, schedule
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,7 @@ def windowed(kernel: Kernel, first: int) -> tuple[Kernel, tuple[Window, ...]]:
             table[e] = Load(first + slot, index, math.prod(window.padded), then.dtype)
     if not table:
         return kernel, ()
-    red = kernel.reduce
-    mapped = map_exprs([*kernel.outputs, *([red.body] if red else [])], table)
-    reduce = Reduce(red.op, red.vars, mapped[-1]) if red else None
-    rewritten = Kernel(kernel.inputs, kernel.shape, kernel.vars, reduce, tuple(mapped[: len(kernel.outputs)]))
-    return rewritten, tuple(windows)
+    return map_kernel(kernel, table), tuple(windows)
 
 
 def _window(e: Where) -> tuple[Window, Idx] | None:

@@ -338,6 +338,18 @@ def _same(x: Idx) -> Idx:
     return x
 
 
+def map_kernel(kernel: Kernel, table: Mapping[Expr, Expr] | None = None, index: Callable[[Idx], Idx] | None = None,
+               loops: Callable[[tuple[Var, ...]], tuple[Var, ...]] = tuple) -> Kernel:
+    """``kernel``'s outputs and reduce body rebuilt by ``map_exprs(., table, index)``, its loop variables by
+    ``loops`` (the global ones giving the shape); a kernel without stages."""
+    red = kernel.reduce
+    mapped = map_exprs([*kernel.outputs, *([red.body] if red else [])], table, index)
+    global_vars = loops(kernel.vars)
+    reduce = Reduce(red.op, loops(red.vars), mapped[-1]) if red else None
+    return Kernel(kernel.inputs, tuple(v.size for v in global_vars), global_vars, reduce,
+                  tuple(mapped[: len(kernel.outputs)]))
+
+
 def describe(e: Expr, names: dict[Expr, str]) -> str:
     """One node as text, naming its children by ``names``."""
     if isinstance(e, Load):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from engine.kernel.index import Div, Idx, Var, add, floordiv, lit, mod, scale, var
-from engine.kernel.ir import Kernel, Load, Reduce, Where, map_exprs, schedule
+from engine.kernel.ir import Kernel, Load, Where, map_kernel, schedule
 
 
 def _subst(x: Idx, m: dict[Var, Idx]) -> Idx:
@@ -38,11 +38,7 @@ def _subst(x: Idx, m: dict[Var, Idx]) -> Idx:
 
 def _rewrite(kernel: Kernel, m: dict[Var, Idx], swap: Callable[[tuple[Var, ...]], tuple[Var, ...]]) -> Kernel:
     """``kernel`` with every index rewritten by ``_subst(., m)`` and its loop variables by ``swap``."""
-    red = kernel.reduce
-    mapped = map_exprs([*kernel.outputs, *([red.body] if red else [])], index=lambda x: _subst(x, m))
-    vars_ = swap(kernel.vars)
-    reduce = Reduce(red.op, swap(red.vars), mapped[-1]) if red else None
-    return Kernel(kernel.inputs, tuple(u.size for u in vars_), vars_, reduce, tuple(mapped[: len(kernel.outputs)]))
+    return map_kernel(kernel, index=lambda x: _subst(x, m), loops=swap)
 
 
 def _has_mod(kernel: Kernel) -> bool:
