@@ -43,10 +43,18 @@ from engine.devices.base import Device, Source
 from engine.devices.numpy_device import HostMemory
 from engine.devices.source import fold_prelude
 from engine.fileio import CacheWarning, cache_root, read_bounded, set_aside, write_atomic
-from engine.kernel.cost import work
+from engine.kernel.cost import row_loop_ops, work
 from engine.kernel.ir import HOST, Kernel
 from engine.kernel.render.base import UnsupportedKernelError, check, function_name
-from engine.kernel.render.c import PARALLEL_STEPS, native_variant_error, source, strided_loads, uses_half
+from engine.kernel.render.c import (
+    PARALLEL_STEPS,
+    ROW_VECTOR,
+    loop_steps,
+    native_variant_error,
+    source,
+    strided_loads,
+    uses_half,
+)
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
 WAIT_POLICY = "PASSIVE"
@@ -310,8 +318,6 @@ class NativeDevice(HostMemory, Device):
         return f"{self.compiler.key} | threads {self.threads} | wait {wait} | code {GENERATION}"
 
     def unsupported(self, kernel: Kernel) -> str | None:
-        if kernel.stages:
-            return "row kernels (several reduce stages) are not generated as C"
         try:
             check(kernel)
         except UnsupportedKernelError as e:
@@ -322,6 +328,10 @@ class NativeDevice(HostMemory, Device):
 
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
         return native_variant_error(kernel, variant)
+
+    def seeds(self, kernel: Kernel) -> list[Variant]:
+        """A row kernel's vectorised stages (the shared space has no such row variant)."""
+        return [ROW_VECTOR] if kernel.stages else []
 
     def program_source(self, items: list[tuple[Kernel, Variant]]) -> str:
         """The C source of one shared object holding every kernel of ``items``."""
@@ -394,9 +404,11 @@ class NativeDevice(HostMemory, Device):
 
     def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         """A roofline of ``variant``: parallel when worth threads, vector speed when its busiest loop vectorises."""
+        if kernel.stages:
+            return self._predict_rows(kernel, variant)
         w = work(kernel)
         red = kernel.reduce
-        steps = kernel.numel * max(red.size if red is not None else 1, 1)
+        steps = loop_steps(kernel)
         split = variant.group > 1
         parallel = self.workers(kernel, variant)
         vector = red is None or not red.vars or variant.unroll > 1 or split
@@ -409,11 +421,22 @@ class NativeDevice(HostMemory, Device):
         compute = w.ops / ops + loops * LOOP_OPS / (self.throughput * max(parallel, 1))
         return self.launch_overhead + max((w.bytes + lines * CACHE_LINE) / bandwidth, compute)
 
+    def _predict_rows(self, kernel: Kernel, variant: Variant) -> float:
+        """A row kernel's roofline: rows in parallel, each row read from memory once (its later loops hit cache),
+        the outputs' loop at vector speed and the stages' too when vectorised (else scalar, each set up once)."""
+        *stages, outputs = row_loop_ops(kernel)
+        threads = self.workers(kernel, variant)
+        ops = self.throughput * threads
+        vector = ops * self.lanes
+        per_row = sum(stages) / (vector if variant == ROW_VECTOR else ops) + outputs / vector
+        compute = kernel.numel * (per_row + len(stages) * LOOP_OPS / ops)
+        bandwidth = self.bandwidth if threads > 1 else self.single_bandwidth
+        return self.launch_overhead + max(work(kernel).bytes / bandwidth, compute)
+
     def workers(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> int:
         """The threads of its OpenMP loop: none below PARALLEL_STEPS loop steps (as the C renderer decides), else
-        as many as there are points (or split reduce pieces) up to ``threads``."""
-        red = kernel.reduce
-        if kernel.numel * max(red.size if red is not None else 1, 1) < PARALLEL_STEPS:
+        as many as there are points, rows (or split reduce pieces) up to ``threads``."""
+        if loop_steps(kernel) < PARALLEL_STEPS:
             return 1
         return max(min(self.threads, kernel.numel * (variant.group if variant.group > 1 else 1)), 1)
 

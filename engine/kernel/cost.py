@@ -28,7 +28,7 @@ class Work:
 def work(kernel: Kernel) -> Work:
     nbytes = kernel.moved_bytes
     ops = loads = 0
-    for e, times in _evaluations(kernel):
+    for e, times, _ in _evaluations(kernel):
         ops += times * isinstance(e, Op)
         loads += times * isinstance(e, Load)
     # the accumulation itself: a reduce's per point, a row kernel's stages' per row
@@ -39,25 +39,35 @@ def work(kernel: Kernel) -> Work:
 def op_counts(kernel: Kernel) -> Counter[str]:
     """Evaluations of each op per launch (a reduce's body per step, a row kernel's loops per row element)."""
     counts: Counter[str] = Counter()
-    for e, times in _evaluations(kernel):
+    for e, times, _ in _evaluations(kernel):
         if isinstance(e, Op):
             counts[e.op] += times * kernel.numel
     return counts
 
 
-def _evaluations(kernel: Kernel) -> Iterator[tuple[Expr, int]]:
-    """Each expression evaluated per output point (per row for a row kernel), with how many times: a reduce's
-    body once per step, a row kernel's loop bodies once per row element (hoisted ones once per row)."""
+def row_loop_ops(kernel: Kernel) -> list[int]:
+    """A row kernel's scalar ops per row in each of its loops (``Kernel.row_loops``), a stage's accumulation
+    included; an expression hoisted out of the loops counts once, in the first loop that uses it."""
+    ops = [s.size for s in kernel.stages] + [0]
+    for e, times, loop in _evaluations(kernel):
+        ops[loop] += times * isinstance(e, Op)
+    return ops
+
+
+def _evaluations(kernel: Kernel) -> Iterator[tuple[Expr, int, int]]:
+    """Each expression evaluated per output point (per row for a row kernel), with how many times and in which
+    of a row kernel's loops (0 for other kernels): a reduce's body once per step, a row kernel's loop bodies
+    once per row element (hoisted ones once per row)."""
     if not kernel.stages:
         inner = reduce_dependent(kernel)
         for e in schedule(kernel.exprs()):
-            yield e, kernel.reduce.size if e in inner and kernel.reduce else 1
+            yield e, kernel.reduce.size if e in inner and kernel.reduce else 1, 0
         return
     seen: set[Expr] = set()
-    for roots, variables, size in kernel.row_loops():
+    for loop, (roots, variables, size) in enumerate(kernel.row_loops()):
         inner = dependent(roots, variables)
         for e in schedule(roots):
             if e in seen and e not in inner:
                 continue  # hoisted: computed once per row
             seen.add(e)
-            yield e, size if e in inner else 1
+            yield e, size if e in inner else 1, loop

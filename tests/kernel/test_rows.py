@@ -1,13 +1,14 @@
 """Row kernels: a chain of reduces over one row and the output that uses them, in one kernel.
 
 The kernelizer offers them beside the unfused kernels; each is checked against the
-reference interpreter on the numpy evaluator and on every OpenCL device found, in
+reference interpreter on the numpy evaluator, on every OpenCL device found, in
 the default variant (a row per work item) and group variants (a row per work-group)
-whose size does not divide the row.
+whose size does not divide the row, and on the native C device with its stages in order and vectorised.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 import sample_graphs
 from engine import Tensor, from_tensors, load
+from engine.devices import native
 from engine.devices.base import Nominal
 from engine.devices.evaluate import evaluate
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
@@ -28,10 +30,12 @@ from engine.kernel.index import Var, add, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.kernelize import Candidate, Kernelization, kernelize
 from engine.kernel.render.base import UnsupportedKernelError, check
+from engine.kernel.render.c import ROW_VECTOR
 from engine.kernel.render.opencl import generate
 from engine.kernel.schedule import DEFAULT_VARIANT, InvalidVariantError, Variant, launch_size
 from engine.pipeline import Options, compile_program, extract, run
 from engine.program.dtypes import DType
+from engine.program.init import Init
 from engine.program.program import Program
 from engine.program.reference import evaluate as reference
 from engine.tuning import Budget, predict, suggest, tune
@@ -64,8 +68,15 @@ def row_case(program: Program) -> tuple[Kernel, list[np.ndarray], np.ndarray]:
 
 
 def close(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
-    rtol, atol = F32.tolerance
+    dtype = next(d for d in DType if d.numpy == want.dtype)
+    rtol, atol = dtype.tolerance if dtype.is_float else (0, 0)
     np.testing.assert_allclose(np.asarray(got, np.float64), np.asarray(want, np.float64), rtol, atol, err_msg=what)
+
+
+@functools.cache
+def native_devices() -> list[native.NativeDevice]:
+    """The native device if this machine has a C compiler (found on first use: the session's cache folder)."""
+    return native.discover()[0]
 
 
 def on_device(device, kernel: Kernel, arrays: list[np.ndarray], variant: Variant) -> np.ndarray:
@@ -90,6 +101,9 @@ def check_everywhere(kernel: Kernel, arrays: list[np.ndarray], want: np.ndarray)
         device.compile_many([(kernel, v) for v in VARIANTS])
         for v in VARIANTS:
             close(on_device(device, kernel, arrays, v), want, f"{device.name} {v}")
+    for device in native_devices():
+        for v in (DEFAULT_VARIANT, ROW_VECTOR):
+            close(on_device(device, kernel, arrays, v), want, f"native {v}")
 
 
 # -- the kernelizer ---------------------------------------------------------------------
@@ -182,6 +196,18 @@ def chains(draw):
         cur = {"sub": x - squashed, "mul": x * squashed, "div": x / (squashed.abs() + 1)}[post]
         ops.append((pre, red, post))
     return from_tensors([cur.named("y")]), ops
+
+
+def test_f16_integer_and_special_value_rows_match_the_reference():
+    """Half rows computed in float, integer stages (a max, then a wrapping sum), NaN and infinities in a max."""
+    x16 = Tensor.input("x", (3, 70), DType.F16)
+    xi = Tensor.input("x", (4, 33), DType.I32, Init.uniform(3, -2.0**30, 2.0**30))
+    shifted = xi - xi.max(-1, keepdim=True).expand(4, 33)
+    special = [[math.nan, 1, 2, 3], [math.inf, 0, -1, 2], [-math.inf, -math.inf, 0, 1], [-0.0, 0.0, 5, -5]]
+    xs = Tensor.input("x", (4, 4), init=Init("values", {"values": special}))
+    for y in (x16.softmax(), shifted + shifted.sum(-1, keepdim=True).expand(4, 33), xs.softmax()):
+        kernel, arrays, want = row_case(from_tensors([y.named("y")]))
+        check_everywhere(kernel, arrays, want)
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -298,3 +324,21 @@ def test_the_cost_model_prefers_row_kernels_on_gpus_not_cpus():
     assert suggest(row, gpu).group > 1  # a row per work-group
     assert seeds(row, gpu=True)[0].group > 1 and seeds(row, gpu=False)[0] == DEFAULT_VARIANT  # timed first
     assert seconds(cpu, [row]) > seconds(cpu, chain)  # its loops do not vectorise there
+
+
+def test_native_runs_rows_in_parallel_and_prefers_its_vectorised_stages():
+    """One pass over memory instead of three: the vectorised row kernel is predicted under the unfused chain's
+    best variants; its in-order default is scalar; no OpenCL variant applies."""
+    if not native_devices():
+        pytest.skip("no C compiler")
+    device = native_devices()[0]
+    chain, row = _unfused_and_row(from_tensors([Tensor.input("x", (4096, 4096)).softmax().named("y")]))
+    assert device.predict(row, ROW_VECTOR) < 0.6 * sum(device.estimate(k) for k in chain)
+    assert device.predict(row, ROW_VECTOR) < device.predict(row) and device.estimate(row) == device.predict(
+        row, ROW_VECTOR)
+    assert device.seeds(row) == [ROW_VECTOR] and device.workers(row) == device.threads
+    for bad in (Variant(group=64), Variant(local_size=8), Variant(unroll=2)):
+        assert "row kernel" in device.variant_error(row, bad)
+    source = device.source(row, ROW_VECTOR).text
+    assert source.count("#pragma omp simd reduction") == 2 and "#pragma omp parallel for" in source
+    assert "#pragma omp simd reduction" not in device.source(row).text

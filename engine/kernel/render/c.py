@@ -33,6 +33,11 @@ Variants (``engine.kernel.schedule.Variant``), read for a CPU:
 * ``local_size`` L: chunks of about ``L * CHUNK_STEPS`` loop steps handed out dynamically (threads that
   other processes slow down take fewer); by default one static share per thread.
 
+A row kernel (``Kernel.stages``) is ``CRowEmitter``'s: rows in parallel, each row's stages and outputs as the
+OpenCL row renderer writes them for one work item (``engine.kernel.render.rows``). Its default keeps each stage
+in order (a float sum in blocks); ``unroll`` 4 makes every stage ``omp simd reduction``; the outputs' loop is
+``omp simd`` in both. No other variant applies.
+
 Transcendentals are declared ``#pragma omp declare simd`` so gcc calls glibc's libmvec vector
 variants (at most 4 ulp, special values handled), with ``-fno-math-errno`` but no ``-ffast-math``.
 """
@@ -44,16 +49,19 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from engine.kernel.index import Var
-from engine.kernel.ir import Kernel, Load, schedule
+from engine.kernel.ir import Kernel, Load, Reduce, schedule
 from engine.kernel.lanes import Lanes, dependent, flat_reduce, lanes, rewrite, unroll
 from engine.kernel.render.base import COMPUTE, STORAGE, CStyleEmitter, check, function_name, program_source
-from engine.kernel.schedule import Variant, variant_error
+from engine.kernel.render.rows import RowEmitter
+from engine.kernel.schedule import DEFAULT_VARIANT, Variant, variant_error
 from engine.program.dtypes import DType
 
 PARALLEL_STEPS = 1 << 16
 """Kernels of fewer loop steps (points times reduce length) run on the calling thread alone."""
 VECTOR_UNROLL = 4
 """The ``unroll`` that means a vectorised (reassociated) reduce loop."""
+ROW_VECTOR = Variant(unroll=VECTOR_UNROLL)
+"""A row kernel's one variant beside the default: its stages vectorised."""
 CHUNK_STEPS = 1024
 """Loop steps per unit of ``local_size`` in a dynamically scheduled chunk."""
 
@@ -101,6 +109,10 @@ def uses_half(kernel: Kernel) -> bool:
 
 def native_variant_error(kernel: Kernel, variant: Variant) -> str | None:
     """Why ``variant`` cannot apply to ``kernel`` on the native device, or None."""
+    if kernel.stages:
+        if variant not in (DEFAULT_VARIANT, ROW_VECTOR):
+            return f"a row kernel's stages are vectorised ({ROW_VECTOR}) or kept in order (the default)"
+        return None
     error = variant_error(kernel, variant)
     if error is not None:
         return error
@@ -112,6 +124,14 @@ def native_variant_error(kernel: Kernel, variant: Variant) -> str | None:
     if variant.group > 1 and red is not None and (not red.vars or variant.group > red.size):
         return f"group {variant.group} exceeds the reduce's {red.size} steps"
     return None
+
+
+def loop_steps(kernel: Kernel) -> int:
+    """Loop iterations of one launch: points times reduce steps, or rows times the row's loops (a row kernel)."""
+    if kernel.stages:
+        return kernel.numel * max(sum(size for _, _, size in kernel.row_loops()), 1)
+    red = kernel.reduce
+    return kernel.numel * max(red.size if red is not None else 1, 1)
 
 
 def strided_loads(kernel: Kernel) -> int:
@@ -143,26 +163,60 @@ def reduction(dtype: DType, op: str) -> str:
     return "zx_max_d" if dtype == DType.F64 else "zx_max_f"
 
 
-class CEmitter(CStyleEmitter):
-    """The C-style emitter's expressions inside C loops over the kernel's points (see the module docstring)."""
+class CFunction(CStyleEmitter):
+    """What every native kernel's emitter shares: the C function around the body, threads, f16 rounding."""
 
     vectors = False
-    sum_block = 0  # its reduce loops carry ``omp simd reduction`` clauses over ``acc``, which partials would break
 
     def __init__(self, kernel: Kernel, variant: Variant, threads: int) -> None:
-        super().__init__(kernel, variant)
         error = native_variant_error(kernel, variant)
         assert error is None, error
-        self.native = variant
         # the base emitter's unroll substitutes strided steps and its local size is a work-group; neither applies
-        self.variant = replace(variant, unroll=1, local_size=None)
+        super().__init__(kernel, replace(variant, unroll=1, local_size=None))
+        self.native = variant
         # 64-bit index arithmetic: under -fwrapv an int index such as 4096*g0 + g1 may wrap, so gcc cannot prove
         # consecutive lanes' addresses consecutive and vectorises a row's contiguous loads and stores as gathers
         # and scatters (a 2-D kernel then runs several times slower than a 1-D one of the same bytes)
         self.itype = "long"
         self.threads = threads
+        self.steps = loop_steps(kernel)
+
+    def parallel(self, count: int, dynamic: bool = False) -> None:
+        """``omp parallel for`` over the next loop of ``count`` iterations (when worth threads)."""
+        if count > 1 and self.threads > 1 and self.steps >= PARALLEL_STEPS:
+            schedule = "dynamic, 1" if dynamic else "static"
+            self.lines.append(f"  #pragma omp parallel for num_threads({self.threads}) schedule({schedule})")
+
+    def indent(self, start: int, depth: int) -> None:
+        """Indent the lines from ``start`` on by ``depth`` levels (the base emitter writes at one level)."""
+        self.lines[start:] = [" " * (2 * depth) + line for line in self.lines[start:]]
+
+    def round_half(self, src: DType) -> str:
+        t = "double" if src == DType.F64 else "float"
+        name = f"zx_half_of_{t}"
+        self.helpers[name] = f"float {name}({t} x) {{\n  return (float)(half)x;\n}}\n"
+        return name
+
+    def parts(self) -> tuple[list[str], str]:
+        """The helper functions (static) and the kernel's C function (returns 0, or 1 when out of memory)."""
+        k = self.kernel
+        check(k)
+        self.body()
+        params = [f"const {STORAGE[b.dtype]}* restrict in{i}" for i, b in enumerate(k.inputs)]
+        params += [f"{STORAGE[b.dtype]}* restrict out{i}" for i, b in enumerate(k.output_types)]
+        head = [f"static {h}\n" for h in self.helpers.values()]
+        signature = f"int {function_name(k, self.native)}({', '.join(params) or 'void'}) {{"
+        return head, "\n".join([signature, *self.lines, "  return 0;", "}"]) + "\n"
+
+
+class CEmitter(CFunction):
+    """The C-style emitter's expressions inside C loops over the kernel's points (see the module docstring)."""
+
+    sum_block = 0  # its reduce loops carry ``omp simd reduction`` clauses over ``acc``, which partials would break
+
+    def __init__(self, kernel: Kernel, variant: Variant, threads: int) -> None:
+        super().__init__(kernel, variant, threads)
         red = kernel.reduce
-        self.steps = kernel.numel * max(red.size if red is not None else 1, 1)
         self.simd_loop = unroll(red.vars[-1], 1)[0] if red is not None and red.vars and variant.unroll > 1 else None
         """The innermost reduce loop's variable when that loop is vectorised (``unroll`` > 1)."""
 
@@ -179,12 +233,6 @@ class CEmitter(CStyleEmitter):
         count = len(lanes(self.kernel, self.variant.upcast, self.variant.tile).lanes) if lanes_ is None else lanes_
         return f"{reduction(red.dtype, red.op)}:{','.join(f'acc{i}' for i in range(count))}"
 
-    def parallel(self, count: int, dynamic: bool = False) -> None:
-        """``omp parallel for`` over the next loop of ``count`` iterations (when worth threads)."""
-        if count > 1 and self.threads > 1 and self.steps >= PARALLEL_STEPS:
-            schedule = "dynamic, 1" if dynamic else "static"
-            self.lines.append(f"  #pragma omp parallel for num_threads({self.threads}) schedule({schedule})")
-
     def chunks(self, n: int) -> tuple[int, int, bool]:
         """(points per chunk, chunks, dynamic) of a range of ``n`` points."""
         if self.threads == 1 or self.steps < PARALLEL_STEPS:
@@ -197,10 +245,6 @@ class CEmitter(CStyleEmitter):
         if n >= 16 * self.threads:
             chunk = -(-chunk // 16) * 16  # multiples of a vector of floats
         return chunk, -(-n // chunk), False
-
-    def indent(self, start: int, depth: int) -> None:
-        """Indent the lines from ``start`` on by ``depth`` levels (the base emitter writes at one level)."""
-        self.lines[start:] = [" " * (2 * depth) + line for line in self.lines[start:]]
 
     def points(self, plan: Lanes, body: Callable[[], None]) -> None:
         """The loops over ``plan``'s points around ``body()`` (which emits one point's lines)."""
@@ -297,25 +341,32 @@ class CEmitter(CStyleEmitter):
         self.indent(start, 1)
         self.lines += ["  }", "  free(part);"]
 
-    def round_half(self, src: DType) -> str:
-        t = "double" if src == DType.F64 else "float"
-        name = f"zx_half_of_{t}"
-        self.helpers[name] = f"float {name}({t} x) {{\n  return (float)(half)x;\n}}\n"
-        return name
 
-    def parts(self) -> tuple[list[str], str]:
-        """The helper functions (static) and the kernel's C function (returns 0, or 1 when out of memory)."""
+class CRowEmitter(CFunction, RowEmitter):
+    """A row kernel's rows in a parallel loop, each row as the OpenCL row renderer's work item computes it."""
+
+    def body(self) -> None:
         k = self.kernel
-        check(k)
-        self.body()
-        params = [f"const {STORAGE[b.dtype]}* restrict in{i}" for i, b in enumerate(k.inputs)]
-        params += [f"{STORAGE[b.dtype]}* restrict out{i}" for i, b in enumerate(k.output_types)]
-        head = [f"static {h}\n" for h in self.helpers.values()]
-        signature = f"int {function_name(k, self.native)}({', '.join(params) or 'void'}) {{"
-        return head, "\n".join([signature, *self.lines, "  return 0;", "}"]) + "\n"
+        if k.numel == 0:
+            return
+        self.parallel(k.numel)
+        self.lines.append(f"  for (long row = 0; row < {k.numel}L; ++row) {{")
+        start = len(self.lines)
+        self.decompose("row", k.vars)
+        self.row()
+        self.indent(start, 1)
+        self.lines.append("  }")
+
+    def loop_pragma(self, red: Reduce | None, acc: str) -> str | None:
+        """The outputs' loop is ``omp simd``; a stage's is ``omp simd reduction`` in the vectorised variant."""
+        if red is None:
+            return "#pragma omp simd"
+        if self.native == ROW_VECTOR:
+            return f"#pragma omp simd reduction({reduction(red.dtype, red.op)}:{acc})"
+        return None
 
 
 def source(items: list[tuple[Kernel, Variant]], threads: int, half: bool, simd_math: bool) -> str:
     """One C file holding the functions of ``items`` (named ``function_name(kernel, variant)``)."""
     head = PREAMBLE + (HALF if half else "") + (simd_declarations() if simd_math else "")
-    return head + program_source(items, lambda k, v: CEmitter(k, v, threads))
+    return head + program_source(items, lambda k, v: (CRowEmitter if k.stages else CEmitter)(k, v, threads))

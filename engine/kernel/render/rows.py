@@ -12,7 +12,8 @@ reduce initial values and combines are the ``CStyleEmitter``'s.  Variants (which
   the items store the row's outputs, strided by the group size, so the row's
   later reads mostly hit cache and stores are coalesced.
 
-Upcast, tile and unroll do not apply.
+Upcast, tile and unroll do not apply. The native device's C (``engine.kernel.render.c.CRowEmitter``) runs
+the same row in a loop over rows.
 """
 
 from __future__ import annotations
@@ -40,10 +41,9 @@ class RowEmitter(CStyleEmitter):
             self.itype = "long"
 
     def body(self) -> None:
-        """Work item (or work-group) -> row; each stage's reduce; the row's outputs."""
+        """Work item (or work-group) -> row; then the row."""
         k, it = self.kernel, self.itype
-        group = self.variant.group > 1
-        if group:
+        if self.variant.group > 1:
             self.lines.append(f"  const {it} grp = ({it})get_group_id(0);")
             self.lines.append(f"  const {it} lid = ({it})get_local_id(0);")
             self.decompose("grp", k.vars)
@@ -52,13 +52,22 @@ class RowEmitter(CStyleEmitter):
             if any(v.size > 1 for v in k.vars):
                 self.lines.append(f"  const {it} gid = ({it})get_global_id(0);")
             self.decompose("gid", k.vars)
-        for i, stage in enumerate(k.stages):
-            if group:
+        self.row()
+
+    def row(self) -> None:
+        """Each stage's reduce, then the row's outputs (the row's global variables decomposed already)."""
+        for i, stage in enumerate(self.kernel.stages):
+            if self.variant.group > 1:
                 self.group_stage(i, stage)
             else:
                 self.loop_stage(i, stage)
             self.names[Acc(stage.dtype, i)] = f"acc{i}"
         self.row_outputs()
+
+    def loop_pragma(self, red: Reduce | None, acc: str) -> str | None:
+        """A line before a row loop that has no blocks (``red``'s accumulating into ``acc``; None: the outputs'
+        loop), for a compiler to vectorise it; OpenCL has none."""
+        return None
 
     def header(self, v: Var, start: str = "0", step: int = 1, bound: str | None = None) -> str:
         """A ``for`` over variable ``v`` from ``start`` by ``step`` while below ``bound`` (its size)."""
@@ -67,14 +76,17 @@ class RowEmitter(CStyleEmitter):
         return f"for ({self.itype} {name} = {start}; {name} < {bound or v.size}; {inc}) {{"
 
     def scoped_loop(self, roots: list[Expr], variables: set[Var], headers: list[str], before: list[str],
-                    inside: Callable[[], list[str]], after: tuple[str, ...] = ()) -> None:
+                    inside: Callable[[], list[str]], after: tuple[str, ...] = (), pragma: str | None = None) -> None:
         """Emit ``roots`` (hoisting what does not depend on ``variables``) and the lines ``before``, then the
-        nested loops ``headers`` around the dependent rest and the lines ``inside()``, then the lines ``after``."""
+        nested loops ``headers`` (the line ``pragma`` before the innermost) around the dependent rest and the
+        lines ``inside()``, then the lines ``after``."""
         inner = dependent(roots, variables) | set(roots)
         self.emit(roots, "  ", only=set(schedule(roots)) - inner)
         self.lines += [f"  {line}" for line in before]
         indent = "  " * (1 + sum(line.endswith("{") for line in before))  # inside the loops ``before`` opens
-        for h in headers:
+        for n, h in enumerate(headers, 1):
+            if pragma is not None and n == len(headers):
+                self.lines.append(f"{indent}{pragma}")
             self.lines.append(f"{indent}{h}")
             indent += "  "
         scoped = self.emit(roots, indent, only=inner)
@@ -90,15 +102,17 @@ class RowEmitter(CStyleEmitter):
         """Stage ``i`` on one work item: ``acc<i>`` accumulated over the (flattened) reduce.
 
         A float sum adds blocks of ``BLOCK`` terms, then the blocks' sums: its rounding error grows like a
-        pairwise sum's (what numpy and the group variants do), not like one long sequential sum's.
+        pairwise sum's (what numpy and the group variants do), not like one long sequential sum's. A loop with a
+        ``loop_pragma`` (a C compiler's vectorised reduce) has no blocks: its vector lanes' partial sums do that.
         """
         acc, t = f"acc{i}", COMPUTE[red.dtype]
         flat, sub = flat_reduce(red.vars)
         self.vars[flat] = "ri"
         (body,) = rewrite([red.body], sub)
-        if red.op != "sum" or not red.dtype.is_float or flat.size <= BLOCK:
+        pragma = self.loop_pragma(red, acc)
+        if pragma is not None or red.op != "sum" or not red.dtype.is_float or flat.size <= BLOCK:
             self.scoped_loop([body], {flat}, [self.header(flat)], [f"{t} {acc} = {self.init(red)};"],
-                             lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};"])
+                             lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};"], pragma=pragma)
             return
         block = f"for ({self.itype} rb = 0; rb < {flat.size}; rb += {BLOCK}) {{"
         self.scoped_loop([body], {flat}, [self.header(flat, "rb", 1, f"min(rb + {BLOCK}, {self.ilit(flat.size)})")],
@@ -138,7 +152,8 @@ class RowEmitter(CStyleEmitter):
         else:
             variables, headers = set(k.row), [self.header(v) for v in k.row]
         self.scoped_loop(outputs, variables, headers, [], lambda: [
-            self.put(o, e.dtype, self.index(at), self.names[e]) for o, e in enumerate(outputs)])
+            self.put(o, e.dtype, self.index(at), self.names[e]) for o, e in enumerate(outputs)],
+            pragma=self.loop_pragma(None, ""))
 
     def put(self, o: int, dtype: DType, at: str, name: str) -> str:
         """The statement storing ``name`` at element ``at`` of output ``o``."""
