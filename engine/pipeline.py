@@ -660,6 +660,15 @@ class StageView:
         return c.estimates if self.estimated else c.kernel_times
 
     @property
+    def prices(self) -> Mapping[KernelNode, float]:
+        """What extraction prices each kernel node at as of this stage: ``kernel_times``, plus from ``tuned`` on
+        what a plan's launch pays more than a trial (``Compilation.extraction_time``; infinite when untried)."""
+        if self.estimated:
+            return self.kernel_times
+        c = self.compilation
+        return {kn: c.extraction_time(kn) for kn in c.kernel_times}
+
+    @property
     def tuning(self) -> Mapping[KernelNode, TuneResult]:
         return {} if self.estimated else self.compilation.tuning
 

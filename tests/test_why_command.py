@@ -54,6 +54,26 @@ def test_json_for_a_fused_tensor_has_the_explainers_numbers(compiled, capsys):
     assert any(line.startswith("grown from") for line in kernel["lines"])
 
 
+def test_rival_kernels_are_priced_as_extraction_prices_them(compiled, capsys, monkeypatch):
+    """A rival's time in the decisions is the extractor's (a plan's launch pays its fresh outputs' first touch:
+    here a made-up 0.25 ms), not the kernel's alone: the explanation uses the costs of the decision it explains."""
+    monkeypatch.setattr(pipeline.Compilation, "output_cost", lambda self, kn: 0.25e-3)
+    assert main(["why", MLP, "y", "--json", *FLAGS]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (c,) = compiled
+    kz, short = c.kernelization, {**out["devices"]}
+    checked = 0
+    for kernel in out["kernels"]:
+        rivals = [line for line in kernel["lines"] if line.startswith("rival ")]
+        for line, rival in zip(rivals, kz.rivals(kernel["candidate"])):
+            for kn in (kn for kn in c.kernel_times if kn.candidate == rival):
+                price = c.extraction_time(kn)
+                assert price == c.kernel_times[kn] + 0.25e-3
+                assert f"{short.get(kn.device, kn.device)} {seconds(price)}" in line, line
+                checked += 1
+    assert checked
+
+
 def test_text_for_an_output_shows_the_choice_rivals_and_decisions(compiled, capsys):
     assert main(["why", MLP, "y", *FLAGS]) == 0
     text = capsys.readouterr().out

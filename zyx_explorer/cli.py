@@ -406,7 +406,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     if shown.kernelization is None:
         doc = egraph_document(shown.egraph)
     else:
-        doc = problem_document(shown.egraph, c.device_pools, shown.kernel_times.__getitem__, c.transfer_time())
+        doc = problem_document(shown.egraph, c.device_pools, shown.prices.__getitem__, c.transfer_time())
     write_atomic(args.output, json.dumps(doc, indent=1, allow_nan=False))
     console.print(f"[green]wrote[/green] {escape(str(args.output))}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
     return 0

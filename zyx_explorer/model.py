@@ -148,6 +148,11 @@ class Session:
         view = self.view(stage)
         return view.kernel_times if view is not None else {}
 
+    def prices(self, stage: str) -> Mapping[KernelNode, float]:
+        """Seconds extraction prices each kernel node at as of ``stage`` (``StageView.prices``)."""
+        view = self.view(stage)
+        return view.prices if view is not None else {}
+
     def tuning(self, stage: str) -> Mapping[KernelNode, TuneResult]:
         view = self.view(stage)
         return view.tuning if view is not None else {}
@@ -172,12 +177,13 @@ class Session:
         return c.kernelization.name(cand_id) if c is not None and c.kernelization is not None else cand_id
 
     def kernel_lines(self, stage: str, cand_id: str) -> list[str]:
-        """The kernelizer's decisions on candidate ``cand_id``, its rivals priced as ``stage`` prices them."""
+        """The kernelizer's decisions on candidate ``cand_id``, its rivals priced as ``stage``'s extraction prices
+        them."""
         c = self.compilation
         if c is None or c.kernelization is None or c.attached is None or cand_id not in c.kernelization.candidates:
             return []
         short = self.short()
-        return kernel_lines(c.kernelization, c.attached.refused, cand_id, self.kernel_times(stage),
+        return kernel_lines(c.kernelization, c.attached.refused, cand_id, self.prices(stage),
                             lambda d: short.get(d, d))
 
     def locate(self, stage: str, tensor: str) -> Located | None:

@@ -81,6 +81,7 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
                 "kernel": kernel, "name": kz.name(kernel) if kernel else None,
                 "device": getattr(param, "device", None), "measured": bool(kernel) and c.measured(param)}
 
+    shown = c.view(Stage.PLAN)
     steps = where.steps if where is not None else tuple(
         i for i, s in enumerate(plan.steps) if isinstance(s, Launch) and cls in computed(eg, kz, s.candidate))
     launches = [(i, step) for i, step in ((i, plan.steps[i]) for i in steps) if isinstance(step, Launch)]
@@ -93,8 +94,7 @@ def answer(c: Compilation, target: str, source: str) -> dict[str, Any]:
             "tensors": tensors_of(eg, kz, step.candidate),
             "decisions": {**dataclasses.asdict(cand.decisions),
                           "refused": dict(c.attached.refused.get(step.candidate, {}))},
-            "lines": kernel_lines(kz, c.attached.refused, step.candidate, c.kernel_times, lambda d: short.get(d, d))})
-    shown = c.view(Stage.PLAN)
+            "lines": kernel_lines(kz, c.attached.refused, step.candidate, shown.prices, lambda d: short.get(d, d))})
     why = shown.why(cls)
     decided = cls
     if why is None and launches:  # fused into a kernel of another class: the costs decided that class's form

@@ -104,12 +104,12 @@ class ClassDetail(Vertical):
             return
         c, current = s.compilation, s.current()
         kz = c.kernelization if c is not None and view.reached(Stage.KERNELIZED) else None
-        self._show_class(eg, cid, s.extraction(stage), s.kernel_times(stage), kz, s.pins, s.why(stage, cid),
+        self._show_class(eg, cid, s.extraction(stage), s.prices(stage), kz, s.pins, s.why(stage, cid),
                          current.measured if current is not None else lambda kn: False, s.short(),
                          lambda cand_id: s.kernel_lines(stage, cand_id))
 
     def _show_class(self, eg: EGraph, cid: ClassId, extraction: Extraction | None,
-                    times: Mapping[KernelNode, float], kz: Kernelization | None, pins: Mapping[ClassId, object],
+                    prices: Mapping[KernelNode, float], kz: Kernelization | None, pins: Mapping[ClassId, object],
                     why: Why | None, measured: Callable[[KernelNode], bool], short: Mapping[str, str],
                     kernel_lines: Callable[[str], list[str]]) -> None:
         same = self.egraph is eg and self.cid == eg.find(cid)
@@ -141,7 +141,7 @@ class ClassDetail(Vertical):
         head.append_text(self._why(eg, why, bool(pins)) if choices else Text("no extraction at this stage", "dim"))
         self._show_head(head)
         items: list[tuple[tuple[str, int], Text]] = [
-            (("form", n), self._form_text(eg, n, cid, costs, times, kz, roots, pins)) for n in cls.nodes]
+            (("form", n), self._form_text(eg, n, cid, costs, prices, kz, roots, pins)) for n in cls.nodes]
         for ch in dict.fromkeys(ch for n in cls.nodes for ch in eg.node(n).children if ch != cid):
             child = eg.eclass(ch)
             items.append((("child", ch), Text.assemble(
@@ -181,7 +181,7 @@ class ClassDetail(Vertical):
                         "; a cheaper plan is known: the DAG extractor is a heuristic (p pins it)", "red")
         return text
 
-    def _form_text(self, eg: EGraph, n: NodeId, cid: ClassId, costs, times, kz, roots, pins) -> Text:
+    def _form_text(self, eg: EGraph, n: NodeId, cid: ClassId, costs, prices, kz, roots, pins) -> Text:
         param = eg.node(n).param
         text = Text()
         text.append("★ " if n in self.chosen else "  ", "bold yellow")
@@ -192,9 +192,9 @@ class ClassDetail(Vertical):
         if isinstance(param, KernelNode) and kz is not None:  # by its readable name (the source pane shows the hash)
             described = described.replace(param.candidate.split("@")[0], kz.name(param.candidate), 1)
         text.append(self._with_short_names(described), "bold" if n in self.chosen else "")
-        if isinstance(param, KernelNode) and param in times:
+        if isinstance(param, KernelNode) and param in prices:
             mark = "m" if self._measured(param) else "p"
-            text.append(f"  {self._device(param.device)} {seconds_text(times[param])} {mark}", "cyan")
+            text.append(f"  {self._device(param.device)} {seconds_text(prices[param])} {mark}", "cyan")
             if n in costs:
                 delta = costs[n]
                 text.append(f" (plan {'+' if delta >= 0 else '-'}{seconds_text(abs(delta))})", "dim")

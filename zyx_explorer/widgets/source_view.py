@@ -15,6 +15,9 @@ from zyx_explorer.model import seconds_text
 from zyx_explorer.view import View
 from zyx_explorer.widgets.ir_lexer import KernelIRLexer
 
+PLAN_EXTRA = "its fresh outputs' first touch, its inputs read from memory"
+"""What a plan's launch pays beyond a kernel's timed trial (``Compilation.output_cost``)."""
+
 
 class SourceView(Static):
     """One kernel candidate: where it comes from, its times per device, its IR and what one variant runs."""
@@ -30,7 +33,8 @@ class SourceView(Static):
         """Candidate ``cand_id`` as of the view's stage; ``variant``: (device, variant) to show (None: the one the
         plan launches)."""
         s, current = view.session, view.session.current()
-        times = {k.device: (t, current is not None and current.measured(k))
+        prices = s.prices(view.stage)
+        times = {k.device: (t, current is not None and current.measured(k), prices.get(k, t))
                  for k, t in s.kernel_times(view.stage).items() if k.candidate == cand_id}
         launched = view.launched(cand_id) if cand_id else None
         c, name = s.compilation, cand_id or ""
@@ -39,10 +43,11 @@ class SourceView(Static):
                    {d.name: d for d in c.devices} if c is not None else {}, s.short(), s.kernel_name(name),
                    s.tensors_of(name), s.kernel_lines(view.stage, name))
 
-    def _show(self, cand_id: str | None, cand: Candidate | None, times: Mapping[str, tuple[float, bool]], theme: str,
-              variant: tuple[str, Variant] | None, launched: tuple[str, Variant] | None, devices: Mapping[str, Device],
-              short: Mapping[str, str], name: str, tensors: Sequence[str], decisions: Sequence[str]) -> None:
-        """``times``: (seconds, measured) by device name; ``variant``: (device, variant) to show, ``launched``: the plan's;
+    def _show(self, cand_id: str | None, cand: Candidate | None, times: Mapping[str, tuple[float, bool, float]],
+              theme: str, variant: tuple[str, Variant] | None, launched: tuple[str, Variant] | None,
+              devices: Mapping[str, Device], short: Mapping[str, str], name: str, tensors: Sequence[str],
+              decisions: Sequence[str]) -> None:
+        """``times``: (seconds, measured, what extraction prices it at) by device name; ``variant``: (device, variant) to show, ``launched``: the plan's;
         ``devices``: by name (what runs depends on the device); ``short``: the devices' short names; ``name``: the
         kernel's readable name, ``tensors``: the program tensors it computes, ``decisions``: why it is shaped so."""
         self.cand_id, self.variant = cand_id, variant
@@ -54,8 +59,9 @@ class SourceView(Static):
                              ", ".join(f"c{i}" for i in cand.inputs) or "nothing", f", root form n{cand.root}\n")
         if tensors:
             head.append(f"  program tensors: {', '.join(tensors)}  (t: show in the program)\n", "green")
-        for device, (s, measured) in times.items():
-            head.append(f"  {short.get(device, device)}: {seconds_text(s)} {'measured' if measured else 'predicted'}\n",
+        for device, (s, measured, price) in times.items():
+            head.append(f"  {short.get(device, device)}: {seconds_text(s)} {'measured' if measured else 'predicted'}"
+                        + (f"; priced {seconds_text(price)} in a plan ({PLAN_EXTRA})" if price != s else "") + "\n",
                         "cyan" if measured else "dim cyan")
         where = ""
         if variant is not None:
