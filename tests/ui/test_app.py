@@ -32,7 +32,7 @@ from zyx_explorer.widgets.plan_table import PlanTable
 from zyx_explorer.widgets.program_table import ProgramTable
 from zyx_explorer.widgets.results_view import ResultsView
 from zyx_explorer.widgets.rewrites_table import RewritesTable
-from zyx_explorer.widgets.source_view import SourceView
+from zyx_explorer.widgets.source_view import SourceView, times_text
 from zyx_explorer.widgets.stage_bar import StageBar
 from zyx_explorer.widgets.tensor_detail import TensorDetail
 from zyx_explorer.widgets.variants_table import VariantsTable
@@ -263,6 +263,15 @@ class TestCostsAndSource:
             device = source.variant[0]  # what runs on the launched device, not OpenCL C: numpy or blas here
             assert device in ("numpy", "blas") and source.source_text.startswith(f"# {device}: ")
             assert "__kernel" not in source.source_text
+
+
+def test_the_source_pane_shows_a_kernels_time_and_its_plan_price_where_they_differ():
+    text = times_text({"numpy": (14.6e-3, True, 15.3e-3), "blas": (13.4e-3, True, 13.4e-3),
+                       "opencl:x": (278e-3, False, 278.1e-3)}, {"opencl:x": "cl0"}).plain.splitlines()
+    assert text[:3] == ["  numpy: 14.6 ms measured, 15.3 ms in a plan", "  blas: 13.4 ms measured",
+                        "  cl0: 278 ms predicted"]  # the same to three digits: no second figure
+    assert text[3].startswith("  in a plan: plus its fresh outputs' first touch") and len(text) == 4
+    assert "in a plan" not in times_text({"blas": (13.4e-3, True, 13.4e-3)}, {}).plain
 
 
 class TestPlanPane:

@@ -15,8 +15,22 @@ from zyx_explorer.model import seconds_text
 from zyx_explorer.view import View
 from zyx_explorer.widgets.ir_lexer import KernelIRLexer
 
-PLAN_EXTRA = "its fresh outputs' first touch, its inputs read from memory"
+PLAN_EXTRA = "plus its fresh outputs' first touch and its inputs read from memory"
 """What a plan's launch pays beyond a kernel's timed trial (``Compilation.output_cost``)."""
+
+
+def times_text(times: Mapping[str, tuple[float, bool, float]], short: Mapping[str, str]) -> Text:
+    """A line per device: the kernel's time, measured or predicted, and what extraction prices a plan's launch of
+    it at where that reads differently (what the difference pays for is said once, below)."""
+    text, priced = Text(), False
+    for device, (s, measured, price) in times.items():
+        more = seconds_text(price) != seconds_text(s)
+        priced |= more
+        text.append(f"  {short.get(device, device)}: {seconds_text(s)} {'measured' if measured else 'predicted'}"
+                    + (f", {seconds_text(price)} in a plan" if more else "") + "\n", "cyan" if measured else "dim cyan")
+    if priced:
+        text.append(f"  in a plan: {PLAN_EXTRA} (what extraction prices)\n", "dim")
+    return text
 
 
 class SourceView(Static):
@@ -59,10 +73,7 @@ class SourceView(Static):
                              ", ".join(f"c{i}" for i in cand.inputs) or "nothing", f", root form n{cand.root}\n")
         if tensors:
             head.append(f"  program tensors: {', '.join(tensors)}  (t: show in the program)\n", "green")
-        for device, (s, measured, price) in times.items():
-            head.append(f"  {short.get(device, device)}: {seconds_text(s)} {'measured' if measured else 'predicted'}"
-                        + (f"; priced {seconds_text(price)} in a plan ({PLAN_EXTRA})" if price != s else "") + "\n",
-                        "cyan" if measured else "dim cyan")
+        head.append_text(times_text(times, short))
         where = ""
         if variant is not None:
             which = "launched by the plan" if variant == launched else "highlighted in costs"
