@@ -198,14 +198,16 @@ def chains(draw):
     return from_tensors([cur.named("y")]), ops
 
 
-def test_f16_integer_and_special_value_rows_match_the_reference():
-    """Half rows computed in float, integer stages (a max, then a wrapping sum), NaN and infinities in a max."""
+def test_f16_integer_special_value_and_empty_rows_match_the_reference():
+    """Half rows computed in float, integer stages (a max, then a wrapping sum), NaN and infinities in a max, and
+    a softmax over no rows."""
     x16 = Tensor.input("x", (3, 70), DType.F16)
     xi = Tensor.input("x", (4, 33), DType.I32, Init.uniform(3, -2.0**30, 2.0**30))
     shifted = xi - xi.max(-1, keepdim=True).expand(4, 33)
     special = [[math.nan, 1, 2, 3], [math.inf, 0, -1, 2], [-math.inf, -math.inf, 0, 1], [-0.0, 0.0, 5, -5]]
     xs = Tensor.input("x", (4, 4), init=Init("values", {"values": special}))
-    for y in (x16.softmax(), shifted + shifted.sum(-1, keepdim=True).expand(4, 33), xs.softmax()):
+    empty = Tensor.input("x", (0, 5)).softmax()
+    for y in (x16.softmax(), shifted + shifted.sum(-1, keepdim=True).expand(4, 33), xs.softmax(), empty):
         kernel, arrays, want = row_case(from_tensors([y.named("y")]))
         check_everywhere(kernel, arrays, want)
 
