@@ -30,7 +30,7 @@ from engine.kernel.index import Var, add, scale, var
 from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.kernelize import Candidate, Kernelization, kernelize
 from engine.kernel.render.base import UnsupportedKernelError, check
-from engine.kernel.render.c import ROW_VECTOR
+from engine.kernel.render.c import ROW_VECTOR, stored_summand
 from engine.kernel.render.opencl import generate
 from engine.kernel.schedule import DEFAULT_VARIANT, InvalidVariantError, Variant, launch_size
 from engine.pipeline import Options, compile_program, extract, run
@@ -344,3 +344,13 @@ def test_native_runs_rows_in_parallel_and_prefers_its_vectorised_stages():
     source = device.source(row, ROW_VECTOR).text
     assert source.count("#pragma omp simd reduction") == 2 and "#pragma omp parallel for" in source
     assert "#pragma omp simd reduction" not in device.source(row).text
+    # the sum's exp is stored into the output's row and read back there, not computed again
+    assert source.count("exp2(") == 1 and "out0[4096*g0 + ri] = " in source and "= out0[4096*g0 + c0] / " in source
+
+
+def test_a_stored_summand_needs_a_dear_op_and_an_output_of_its_dtype():
+    x = Tensor.input("x", (6, 40))
+    for y, stored in ((x.softmax(), True), (x.softmax(axis=0), True), (x.log_softmax(), False),
+                      (x.layernorm(), False), (Tensor.input("x", (6, 40), DType.F16).softmax(), False)):
+        kernel, _, _ = row_case(from_tensors([y.named("y")]))
+        assert (stored_summand(kernel) is not None) == stored, y

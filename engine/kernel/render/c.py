@@ -36,7 +36,8 @@ Variants (``engine.kernel.schedule.Variant``), read for a CPU:
 A row kernel (``Kernel.stages``) is ``CRowEmitter``'s: rows in parallel, each row's stages and outputs as the
 OpenCL row renderer writes them for one work item (``engine.kernel.render.rows``). Its default keeps each stage
 in order (a float sum in blocks); ``unroll`` 4 makes every stage ``omp simd reduction``; the outputs' loop is
-``omp simd`` in both. No other variant applies.
+``omp simd`` in both. No other variant applies. A summand that the outputs use again (softmax's ``exp``) is
+stored into the output's row by its stage and read back (``stored_summand``).
 
 Transcendentals are declared ``#pragma omp declare simd`` so gcc calls glibc's libmvec vector
 variants (at most 4 ulp, special values handled), with ``-fno-math-errno`` but no ``-ffast-math``.
@@ -48,9 +49,9 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine.kernel.index import Var
-from engine.kernel.ir import Kernel, Load, Reduce, schedule
-from engine.kernel.lanes import Lanes, dependent, flat_reduce, lanes, rewrite, unroll
+from engine.kernel.index import Idx, Var, flatten, var
+from engine.kernel.ir import Expr, Kernel, Load, Op, Reduce, schedule
+from engine.kernel.lanes import Lanes, Subst, dependent, flat_reduce, lanes, rewrite, substitute, unroll
 from engine.kernel.render.base import COMPUTE, STORAGE, CStyleEmitter, check, function_name, program_source
 from engine.kernel.render.rows import RowEmitter
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant, variant_error
@@ -62,6 +63,8 @@ VECTOR_UNROLL = 4
 """The ``unroll`` that means a vectorised (reassociated) reduce loop."""
 ROW_VECTOR = Variant(unroll=VECTOR_UNROLL)
 """A row kernel's one variant beside the default: its stages vectorised."""
+DEAR = frozenset({"exp2", "log2", "sin", "cos", "pow"})
+"""Ops dear enough that a row kernel stores a summand holding one rather than compute it again (libmvec calls)."""
 CHUNK_STEPS = 1024
 """Loop steps per unit of ``local_size`` in a dynamically scheduled chunk."""
 
@@ -342,8 +345,31 @@ class CEmitter(CFunction):
         self.lines += ["  }", "  free(part);"]
 
 
+def stored_summand(kernel: Kernel) -> tuple[int, int, Expr] | None:
+    """(stage, output, expression) where a stage's summand, a transcendental of the row's points, is also part of
+    an output at the same points (softmax's ``exp``): the stage stores it into that output's row as it sums it, and
+    the outputs' loop reads it back instead of computing it again. The output must hold it exactly (its dtype)."""
+    row, outputs = kernel.row, set(schedule(kernel.outputs))
+    for i, stage in enumerate(kernel.stages):
+        if [v.size for v in stage.vars] != [v.size for v in row]:
+            continue
+        (e,) = rewrite([stage.body], {r: var(v) for r, v in zip(stage.vars, row)})
+        if e not in outputs or e.dtype not in (DType.F32, DType.F64):
+            continue
+        if not any(isinstance(x, Op) and x.op in DEAR for x in schedule([e])):
+            continue
+        for o, out in enumerate(kernel.outputs):
+            if out.dtype == e.dtype and e in set(schedule([out])):
+                return i, o, e
+    return None
+
+
 class CRowEmitter(CFunction, RowEmitter):
     """A row kernel's rows in a parallel loop, each row as the OpenCL row renderer's work item computes it."""
+
+    def __init__(self, kernel: Kernel, variant: Variant, threads: int) -> None:
+        super().__init__(kernel, variant, threads)
+        self.stored = stored_summand(kernel)
 
     def body(self) -> None:
         k = self.kernel
@@ -364,6 +390,23 @@ class CRowEmitter(CFunction, RowEmitter):
         if self.native == ROW_VECTOR:
             return f"#pragma omp simd reduction({reduction(red.dtype, red.op)}:{acc})"
         return None
+
+    def stage_stores(self, i: int, body: Expr, sub: Subst) -> list[str]:
+        """The stored summand's stage writes it into its output's row (``stored_summand``)."""
+        if self.stored is None or self.stored[0] != i:
+            return []
+        k, o = self.kernel, self.stored[1]
+        at = flatten([var(v) for v in k.store], [v.size for v in k.store])
+        at = substitute(at, {v: sub[r] for v, r in zip(k.row, k.stages[i].vars)})
+        return [self.put(o, body.dtype, self.index(at), self.names[body])]
+
+    def reread(self, at: Idx) -> list[Expr]:
+        """The stored summand is read back from its output where the outputs use it."""
+        if self.stored is None:
+            return []
+        _, o, e = self.stored
+        self.names[e] = f"out{o}[{self.index(at)}]"
+        return [e]
 
 
 def source(items: list[tuple[Kernel, Variant]], threads: int, half: bool, simd_math: bool) -> str:

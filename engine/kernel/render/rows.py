@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.kernel.index import Var, flatten, var
+from engine.kernel.index import Idx, Var, flatten, var
 from engine.kernel.ir import Acc, Expr, Kernel, Reduce, dependent, schedule
-from engine.kernel.lanes import flat_reduce, rewrite, substitute
+from engine.kernel.lanes import Subst, flat_reduce, rewrite, substitute
 from engine.kernel.render.base import COMPUTE, INT32_MAX, CStyleEmitter
 from engine.kernel.schedule import Variant
 from engine.program.dtypes import DType
@@ -69,6 +69,16 @@ class RowEmitter(CStyleEmitter):
         loop), for a compiler to vectorise it; OpenCL has none."""
         return None
 
+    def stage_stores(self, i: int, body: Expr, sub: Subst) -> list[str]:
+        """Lines in stage ``i``'s loop after its accumulation (its summand ``body`` named; ``sub``: the stage's
+        variables in terms of its flat loop variable); OpenCL has none."""
+        return []
+
+    def reread(self, at: Idx) -> list[Expr]:
+        """Output expressions named as reads of what a stage stored, before the outputs' loop (``at``: the store
+        index in the row's variables); returns them, to be forgotten after it. OpenCL has none."""
+        return []
+
     def header(self, v: Var, start: str = "0", step: int = 1, bound: str | None = None) -> str:
         """A ``for`` over variable ``v`` from ``start`` by ``step`` while below ``bound`` (its size)."""
         name = self.vars[v]
@@ -112,12 +122,14 @@ class RowEmitter(CStyleEmitter):
         pragma = self.loop_pragma(red, acc)
         if pragma is not None or red.op != "sum" or not red.dtype.is_float or flat.size <= BLOCK:
             self.scoped_loop([body], {flat}, [self.header(flat)], [f"{t} {acc} = {self.init(red)};"],
-                             lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};"], pragma=pragma)
+                             lambda: [f"{acc} = {self.combine(red, acc, self.names[body])};",
+                                      *self.stage_stores(i, body, sub)], pragma=pragma)
             return
         block = f"for ({self.itype} rb = 0; rb < {flat.size}; rb += {BLOCK}) {{"
         self.scoped_loop([body], {flat}, [self.header(flat, "rb", 1, f"min(rb + {BLOCK}, {self.ilit(flat.size)})")],
                          [f"{t} {acc} = {self.init(red)};", block, f"  {t} part = {self.init(red)};"],
-                         lambda: [f"part = {self.combine(red, 'part', self.names[body])};"],
+                         lambda: [f"part = {self.combine(red, 'part', self.names[body])};",
+                                  *self.stage_stores(i, body, sub)],
                          (f"  {acc} = {self.combine(red, acc, 'part')};", "}"))
 
     def group_stage(self, i: int, red: Reduce) -> None:
@@ -151,9 +163,12 @@ class RowEmitter(CStyleEmitter):
             variables, headers = {flat}, [self.header(flat, "lid", self.variant.group)]
         else:
             variables, headers = set(k.row), [self.header(v) for v in k.row]
+        held = self.reread(at)
         self.scoped_loop(outputs, variables, headers, [], lambda: [
             self.put(o, e.dtype, self.index(at), self.names[e]) for o, e in enumerate(outputs)],
             pragma=self.loop_pragma(None, ""))
+        for e in held:
+            del self.names[e]
 
     def put(self, o: int, dtype: DType, at: str, name: str) -> str:
         """The statement storing ``name`` at element ``at`` of output ``o``."""
