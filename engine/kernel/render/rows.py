@@ -18,10 +18,10 @@ the same row in a loop over rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from engine.kernel.index import Idx, Var, flatten, var
-from engine.kernel.ir import Acc, Expr, Kernel, Reduce, dependent, schedule
+from engine.kernel.ir import Acc, Expr, Kernel, Reduce, dependent
 from engine.kernel.lanes import Subst, flat_reduce, rewrite, substitute
 from engine.kernel.render.base import COMPUTE, INT32_MAX, CStyleEmitter
 from engine.kernel.schedule import Variant
@@ -86,12 +86,15 @@ class RowEmitter(CStyleEmitter):
         return f"for ({self.itype} {name} = {start}; {name} < {bound or v.size}; {inc}) {{"
 
     def scoped_loop(self, roots: list[Expr], variables: set[Var], headers: list[str], before: list[str],
-                    inside: Callable[[], list[str]], after: tuple[str, ...] = (), pragma: str | None = None) -> None:
+                    inside: Callable[[], list[str]], after: tuple[str, ...] = (), pragma: str | None = None,
+                    held: Collection[Expr] = ()) -> None:
         """Emit ``roots`` (hoisting what does not depend on ``variables``) and the lines ``before``, then the
         nested loops ``headers`` (the line ``pragma`` before the innermost) around the dependent rest and the
-        lines ``inside()``, then the lines ``after``."""
-        inner = dependent(roots, variables) | set(roots)
-        self.emit(roots, "  ", only=set(schedule(roots)) - inner)
+        lines ``inside()``, then the lines ``after``. Nodes of ``held`` are named already (their values read,
+        not computed), so what only they use is not emitted."""
+        live = _reached(roots, set(held))
+        inner = (dependent(roots, variables) | set(roots)) & live
+        self.emit(roots, "  ", only=live - inner)
         self.lines += [f"  {line}" for line in before]
         indent = "  " * (1 + sum(line.endswith("{") for line in before))  # inside the loops ``before`` opens
         for n, h in enumerate(headers, 1):
@@ -166,7 +169,7 @@ class RowEmitter(CStyleEmitter):
         held = self.reread(at)
         self.scoped_loop(outputs, variables, headers, [], lambda: [
             self.put(o, e.dtype, self.index(at), self.names[e]) for o, e in enumerate(outputs)],
-            pragma=self.loop_pragma(None, ""))
+            pragma=self.loop_pragma(None, ""), held=held)
         for e in held:
             del self.names[e]
 
@@ -177,3 +180,16 @@ class RowEmitter(CStyleEmitter):
         if dtype == DType.BOOL:
             return f"out{o}[{at}] = (uchar){name};"
         return f"out{o}[{at}] = {name};"
+
+
+def _reached(roots: list[Expr], held: set[Expr]) -> set[Expr]:
+    """The nodes of ``roots`` reached without going below a node of ``held``."""
+    seen: set[Expr] = set()
+    stack = list(roots)
+    while stack:
+        e = stack.pop()
+        if e not in seen:
+            seen.add(e)
+            if e not in held:
+                stack.extend(e.children())
+    return seen
