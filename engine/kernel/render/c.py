@@ -49,7 +49,7 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 
-from engine.kernel.index import Idx, Var, flatten, var
+from engine.kernel.index import Idx, Var, var
 from engine.kernel.ir import Expr, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.lanes import Lanes, Subst, dependent, flat_reduce, lanes, rewrite, substitute, unroll
 from engine.kernel.render.base import COMPUTE, STORAGE, CStyleEmitter, check, function_name, program_source
@@ -396,8 +396,7 @@ class CRowEmitter(CFunction, RowEmitter):
         if self.stored is None or self.stored[0] != i:
             return []
         k, o = self.kernel, self.stored[1]
-        at = flatten([var(v) for v in k.store], [v.size for v in k.store])
-        at = substitute(at, {v: sub[r] for v, r in zip(k.row, k.stages[i].vars)})
+        at = substitute(self.store_index(), {v: sub[r] for v, r in zip(k.row, k.stages[i].vars)})
         return [self.put(o, body.dtype, self.index(at), self.names[body])]
 
     def reread(self, at: Idx) -> list[Expr]:

@@ -15,7 +15,6 @@ import math
 import re
 from dataclasses import replace
 
-from engine.kernel.index import flatten, var
 from engine.kernel.ir import Acc, Expr, Kernel, Load, schedule
 from engine.kernel.lanes import flat_reduce, rewrite, substitute
 from engine.kernel.render.base import COMPUTE, UnsupportedKernelError, check, function_name, program_source
@@ -97,7 +96,7 @@ class CudaRowEmitter(_Cuda, RowEmitter):
             _, stage_sub = flat_reduce(stage.vars)  # the same variable as ``flat``: the stages span the row
             bodies.append(rewrite([stage.body], stage_sub)[0])
         outputs = rewrite(list(k.outputs), sub)
-        at = substitute(flatten([var(v) for v in k.store], [v.size for v in k.store]), sub)
+        at = substitute(self.store_index(), sub)
         passes = [{e for e in schedule(roots) if isinstance(e, Load) and flat in e.index.variables()}
                   for roots in ([b] for b in [*bodies, *outputs])]
         reads = [e for e in dict.fromkeys(e for p in passes for e in sorted(p, key=str))

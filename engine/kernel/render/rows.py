@@ -64,6 +64,11 @@ class RowEmitter(CStyleEmitter):
             self.names[Acc(stage.dtype, i)] = f"acc{i}"
         self.row_outputs()
 
+    def store_index(self) -> Idx:
+        """The outputs' element of the current point: the row-major offset of the store variables."""
+        store = self.kernel.store
+        return flatten([var(v) for v in store], [v.size for v in store])
+
     def loop_pragma(self, red: Reduce | None, acc: str) -> str | None:
         """A line before a row loop that has no blocks (``red``'s accumulating into ``acc``; None: the outputs'
         loop), for a compiler to vectorise it; OpenCL has none."""
@@ -157,7 +162,7 @@ class RowEmitter(CStyleEmitter):
     def row_outputs(self) -> None:
         """Every output at every point of the row (strided over the work-group's items in a group variant)."""
         k = self.kernel
-        at = flatten([var(v) for v in k.store], [v.size for v in k.store])
+        at = self.store_index()
         outputs = list(k.outputs)
         if self.variant.group > 1:
             flat, sub = flat_reduce(k.row)
