@@ -627,6 +627,25 @@ def verify(outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray
     return Verification(tuple(checks))
 
 
+class _Prices(Mapping[KernelNode, float]):
+    """``Compilation.extraction_time`` of each kernel node, priced when read: a pane reads a few of them on every
+    cursor move, and a big program has thousands."""
+
+    def __init__(self, compilation: Compilation) -> None:
+        self.compilation = compilation
+
+    def __getitem__(self, kn: KernelNode) -> float:
+        if kn not in self.compilation.kernel_times:
+            raise KeyError(kn)
+        return self.compilation.extraction_time(kn)
+
+    def __iter__(self) -> Iterator[KernelNode]:
+        return iter(self.compilation.kernel_times)
+
+    def __len__(self) -> int:
+        return len(self.compilation.kernel_times)
+
+
 @dataclass(frozen=True)
 class StageView:
     """A compilation as of one stage, which the explorer, the exporters and the CLI all read (which e-graph a
@@ -663,10 +682,7 @@ class StageView:
     def prices(self) -> Mapping[KernelNode, float]:
         """What extraction prices each kernel node at as of this stage: ``kernel_times``, plus from ``tuned`` on
         what a plan's launch pays more than a trial (``Compilation.extraction_time``; infinite when untried)."""
-        if self.estimated:
-            return self.kernel_times
-        c = self.compilation
-        return {kn: c.extraction_time(kn) for kn in c.kernel_times}
+        return self.kernel_times if self.estimated else _Prices(self.compilation)
 
     @property
     def tuning(self) -> Mapping[KernelNode, TuneResult]:

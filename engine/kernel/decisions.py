@@ -128,7 +128,7 @@ def kernel_lines(kz: Kernelization, refused: Mapping[str, Mapping[str, str]], ca
                  times: Mapping[KernelNode, float], device_name: Callable[[str], str] = str) -> list[str]:
     """``decision_lines`` of candidate ``cand_id``, its rivals priced by ``times`` (the viewed stage's)."""
     def priced(k: str) -> dict[str, float]:
-        return {kn.device: t for kn, t in times.items() if kn.candidate == k}
+        return {kn.device: times[kn] for kn in times if kn.candidate == k}
 
     rivals = [(kz.name(k), kz.candidates[k].decisions, work(kz.candidates[k].kernel), priced(k))
               for k in kz.rivals(cand_id)]
