@@ -20,9 +20,10 @@ PANES = (
                      "back; enter on a form explains it against the chosen (or marked, m) form"),
     ("Costs", "kernel x device seconds (m measured, p predicted by the cost model, e nominal estimate; * in the "
               "plan, < fastest of the row: of its measured cells when it has any, a prediction never beats a timing; "
-              "×2: the same code computes two classes): each kernel's own time, as its trials ran (a plan's launch may "
-              "pay more: its fresh outputs' first touch, inputs read from memory; the Source pane shows that price); "
-              "devices by short names (cl0 ...), the legend above the table; below, every variant tried of the highlighted kernel (verified / wrong / failed, cache; "
+              "×2: the same code computes two classes): each kernel's own time, as its trials ran (a plan's launch "
+              "may pay more: its fresh outputs' first touch, inputs read from memory; the Source pane shows that "
+              "price); devices by short names (cl0 ...), the legend above the table; below, every variant tried of "
+              "the highlighted kernel (verified / wrong / failed, cache; "
               "* launched, + the tuner's pick on its device); tab moves between them, enter shows the source"),
     ("Plan", "Allocate / Copy / Launch / Free steps; enter selects the step's class"),
     ("Source", "the kernel's time on each device and, where it differs, what a plan's launch of it is priced at; "

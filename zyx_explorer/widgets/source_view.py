@@ -61,9 +61,10 @@ class SourceView(Static):
               theme: str, variant: tuple[str, Variant] | None, launched: tuple[str, Variant] | None,
               devices: Mapping[str, Device], short: Mapping[str, str], name: str, tensors: Sequence[str],
               decisions: Sequence[str]) -> None:
-        """``times``: (seconds, measured, what extraction prices it at) by device name; ``variant``: (device, variant) to show, ``launched``: the plan's;
-        ``devices``: by name (what runs depends on the device); ``short``: the devices' short names; ``name``: the
-        kernel's readable name, ``tensors``: the program tensors it computes, ``decisions``: why it is shaped so."""
+        """``times``: (seconds, measured, what extraction prices it at) by device name; ``variant``: (device,
+        variant) to show, ``launched``: the plan's; ``devices``: by name (what runs depends on the device); ``short``:
+        the devices' short names; ``name``: the kernel's readable name, ``tensors``: the program tensors it computes,
+        ``decisions``: why it is shaped so."""
         self.cand_id, self.variant = cand_id, variant
         if cand is None:
             self.source_text = ""
