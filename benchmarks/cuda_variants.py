@@ -6,13 +6,16 @@ beside torch (eager and torch.compile) in the same process: the loop for iterati
 
 A name is a sample (``sample_graphs``) or one of compare.py's ``--gpu`` workloads at a size (``softmax:8192``).
 Each kernel of the workload's candidates that holds a reduce or row stages and is at least 1 MiB of traffic is
-timed in the default variant, the tuner's shared seeds and the device's own (``CublasDevice.seeds``).
+timed in the default variant, the tuner's shared seeds and the device's own (``CublasDevice.seeds``); a cuBLAS
+call on the buffers' strides also through ``cupy.matmul``, which copies strided operands and a permuted result.  A
+sample with attention is also timed by torch with each fp32 backend of its scaled-dot-product attention.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 import numpy as np
 from compare import _torch, _torch_time, gpu_workloads  # this script's folder: run it as compare.py is
@@ -55,6 +58,8 @@ def main() -> None:
             eager = _torch_time(torch, kind or prog, values, args.repeats)
             compiled = _torch_time(torch, kind or prog, values, args.repeats, compiled=True)
             print(f"\n== {name}: torch eager {eager * 1e3:.4f} ms, torch.compile {compiled * 1e3:.4f} ms", flush=True)
+            if kind is None and any(node.op == "attention" for node in prog.nodes):
+                _attention_backends(torch, prog, values, args.repeats)
         for cand in c.kernelization.candidates.values():
             k = cand.kernel
             moved = k.moved_bytes
@@ -70,23 +75,42 @@ def main() -> None:
             for v in dict.fromkeys(variants):
                 if device.variant_error(k, v) is not None:
                     continue
-                outs = [device.upload(np.full(b.numel, np.nan, b.dtype.numpy)) for b in k.output_types]
                 try:
                     t0 = time.perf_counter()
                     compiled_k = device.compile(k, v)
                     build = time.perf_counter() - t0
-                    device.launch(compiled_k, gins, outs)
-                    err = max(float(np.max(np.abs(device.download(o, b).reshape(-1) - w))) for o, b, w in
-                              zip(outs, k.output_types, want))
-                    scale = max(float(np.max(np.abs(w))) for w in want)
-                    best = min(device.launch(compiled_k, gins, outs) for _ in range(args.repeats))
+                    forms = [(str(v), compiled_k)]
+                    if isinstance(compiled_k, cuda_blas.Matmul) and compiled_k.strided is not None:
+                        forms.append((f"{v} by cupy.matmul (copies)", replace(compiled_k, strided=None)))
+                    for label, form in forms:
+                        _time(device, label, form, k, gins, want, moved, build, args.repeats)
                 except Exception as e:  # a build or launch failure is reported, the rest still run
                     print(f"   {v!s:44} FAILED {str(e).splitlines()[0][:200]}", flush=True)
-                    continue
-                ok = "ok" if err <= 1e-4 * max(scale, 1.0) else f"WRONG (max err {err:.3g})"
-                print(f"   {v!s:44} {best * 1e3:8.4f} ms  {moved / best / 1e9:7.0f} GB/s  build {build:.2f} s  {ok}",
-                      flush=True)
 
+
+def _time(device, label: str, compiled, k, gins, want, moved: int, build: float, repeats: int) -> None:
+    """One line: ``compiled``'s best launch time, checked against the numpy device's outputs ``want``."""
+    outs = [device.upload(np.full(b.numel, np.nan, b.dtype.numpy)) for b in k.output_types]
+    device.launch(compiled, gins, outs)
+    err = max(float(np.max(np.abs(device.download(o, b).reshape(-1) - w))) for o, b, w in
+              zip(outs, k.output_types, want))
+    scale = max(float(np.max(np.abs(w))) for w in want)
+    best = min(device.launch(compiled, gins, outs) for _ in range(repeats))
+    ok = "ok" if err <= 1e-4 * max(scale, 1.0) else f"WRONG (max err {err:.3g})"
+    print(f"   {label:44} {best * 1e3:8.4f} ms  {moved / best / 1e9:7.0f} GB/s  build {build:.2f} s  {ok}", flush=True)
+
+
+def _attention_backends(torch, prog, values, repeats: int) -> None:
+    """torch's time with each scaled-dot-product-attention backend that takes fp32: which one its default picks,
+    and what the math backend (cuBLAS SGEMMs and a softmax, as ours) takes."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for backend in (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+        with sdpa_kernel(backend):
+            eager = _torch_time(torch, prog, values, repeats)
+            compiled = _torch_time(torch, prog, values, repeats, compiled=True)
+        print(f"   torch with {backend.name} only: eager {eager * 1e3:.4f} ms, torch.compile {compiled * 1e3:.4f} ms",
+              flush=True)
 
 if __name__ == "__main__":
     main()

@@ -10,6 +10,8 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import sample_graphs
 from engine import DType, Tensor, from_tensors, load
@@ -53,8 +55,29 @@ def _numpy_as_cupy() -> types.SimpleNamespace:
                                  ones=np.ones)
 
 
+def sgemm_strided_on_host(call, p: np.ndarray, q: np.ndarray, x: np.ndarray) -> None:
+    """cublasSgemmStridedBatched's contract on flat numpy buffers: column-major matrices ``ld`` apart by column,
+    ``op`` a transpose of the stored one; every element it touches is asserted inside its buffer."""
+    def matrices(buf, m, shape):
+        stored = shape[::-1] if m.transposed else shape
+        last = m.offset + (call.batch - 1) * m.batch_stride + (stored[0] - 1) + (stored[1] - 1) * m.ld
+        assert m.offset >= 0 and last < buf.size and m.ld >= max(stored[0], 1)
+        for i in range(call.batch):
+            view = np.lib.stride_tricks.as_strided(buf[m.offset + i * m.batch_stride:], stored,
+                                                   (buf.itemsize, buf.itemsize * m.ld))
+            yield view.T if m.transposed else view
+
+    for pm, qm, xm in zip(matrices(p, call.p, (call.rows, call.depth)), matrices(q, call.q, (call.depth, call.cols)),
+                          matrices(x, call.x, (call.rows, call.cols)), strict=True):
+        xm[...] = pm.astype(np.float64) @ qm
+
+
 class _HostCublas(cuda_blas.CublasDevice):
-    """The device's logic on the host: numpy as cupy, and NVRTC's kernels run by the numpy device instead."""
+    """The device's logic on the host: numpy as cupy, NVRTC's kernels run by the numpy device instead, and cuBLAS's
+    strided call by its contract in numpy."""
+
+    def _sgemm_strided(self, call, p, q, x):
+        sgemm_strided_on_host(call, p, q, x)
 
     def _build(self, kernel, variant):
         host = NumpyDevice()
@@ -168,10 +191,10 @@ def test_the_source_is_the_cublas_call_and_nvrtcs_cuda_c():
     (biased,) = _kernels((x @ w + Tensor.input("bias", (24,))).relu())
     (elementwise,) = _kernels(x.exp())
     call = device.source(bare)
-    assert call.title == "cuBLAS call" and "cupy.matmul, 1 x (16 x 32) @ (32 x 24)" in call.text
-    assert "__global__" not in call.text
+    assert call.title == "cuBLAS call" and "in place, 1 x (16 x 32) @ (32 x 24)" in call.text
+    assert "cublasSgemmStridedBatched 1 x (24 x 32) @ (32 x 16)" in call.text and "__global__" not in call.text
     both = device.source(biased)
-    assert both.title.startswith("cuBLAS call, then CUDA C") and "cupy.matmul" in both.text
+    assert both.title.startswith("cuBLAS call, then CUDA C") and "cublasSgemmStridedBatched" in both.text
     assert 'extern "C" __global__' in both.text and "reading the matmul's result as in3" in both.text
     own = device.source(elementwise, Variant(local_size=256, upcast=4))
     assert own.title == "CUDA C (NVRTC)" and own.language == "cuda" and own.text.startswith("typedef unsigned char")
@@ -234,6 +257,52 @@ def test_on_the_gpu_each_kernel_matches_the_numpy_device_and_plans_verify(sample
             ran += 1
     assert ran
     assert compile_program(program, [host, device], Options(tune=False, tune_cache=False)).verification.ok
+
+
+def _contractions(c):
+    return [mm for s in c.plan.launches() if (mm := cuda_blas.as_matmul(s.kernel)) is not None]
+
+
+def test_attentions_products_are_cublas_calls_on_the_buffers_in_place():
+    """q, k and v are head-major views of their projections and the product with v is stored sequence-major: every
+    product is one strided cuBLAS call on the buffers (no operand or result copied), the head-major projections a
+    batch over heads that reads x at stride 0, and the plan verifies."""
+    device = _host_cublas()
+    c = compile_program(load(sample_graphs.path("attention.small")), [device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+    products = _contractions(c)
+    assert len(products) == 6 and all(mm.strided is not None for mm in products)
+    assert any(mm.strided.batch > 1 and 0 in (mm.strided.p.batch_stride, mm.strided.q.batch_stride)
+               for mm in products)
+
+
+def test_a_reduce_whose_axes_have_no_single_stride_goes_through_cupy_matmul_and_verifies():
+    """a's two k axes sit on either side of its m axis: no one stride walks k, so cuBLAS cannot read it in place."""
+    a = Tensor.input("a", (3, 5, 4))  # (k1, m, k2)
+    b = Tensor.input("b", (3, 4, 6))  # (k1, k2, n)
+    y = (a.permute(1, 0, 2).reshape(5, 12) @ b.reshape(12, 6))
+    device = _host_cublas()
+    c = compile_program(from_tensors({"y": y}), [device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+    (mm,) = _contractions(c)
+    assert mm.strided is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(1, 6), st.integers(1, 5)),
+       st.permutations(range(3)), st.permutations(range(3)), st.permutations(range(3)))
+def test_batched_products_of_permuted_operands_into_a_permuted_output_verify(sizes, pa, pb, po):
+    """Operands stored in any axis order and the result stored in any: the strided call (or, where it cannot read
+    one in place, cupy.matmul) computes what the reference does, and never touches an element outside a buffer
+    (``sgemm_strided_on_host`` asserts it)."""
+    nb, m, k, n = sizes
+    logical_a, logical_b = (nb, m, k), (nb, k, n)
+    a = Tensor.input("a", tuple(logical_a[i] for i in pa)).permute(*(int(i) for i in np.argsort(pa)))
+    b = Tensor.input("b", tuple(logical_b[i] for i in pb)).permute(*(int(i) for i in np.argsort(pb)))
+    y = (a @ b).permute(*po)
+    device = _host_cublas()
+    c = compile_program(from_tensors({"y": y}), [device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
 
 
 def test_a_small_matmul_is_priced_as_a_whole_wave_of_tiles():

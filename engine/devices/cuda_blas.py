@@ -34,6 +34,7 @@ from engine.devices import staging
 from engine.devices.base import GPU_THREADS, Device, Link, Source
 from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction, is_contraction_load
+from engine.devices.strided_gemm import StridedCall, strided_call
 from engine.kernel.index import flatten, var
 from engine.kernel.ir import Acc, Buffer, Expr, Kernel, Load, Reduce, map_exprs
 from engine.kernel.render import cuda, cuda_gemm
@@ -51,6 +52,8 @@ as an OpenCL device's profiling events do."""
 GEMM_SEEDS = (Variant(local_size=256, upcast=4, tile=8, smem=8), Variant(local_size=256, upcast=4, tile=8, smem=16),
               Variant(local_size=128, upcast=4, tile=8, smem=16), Variant(local_size=256, upcast=8, tile=8, smem=8))
 """Implicit-GEMM variants timed first: ``local_size`` threads of ``tile x upcast`` outputs, k in slices of ``smem``."""
+_ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
+"""cuBLAS's alpha and beta, read from the host."""
 SPIN = 'extern "C" __global__ void spin(long long cycles) { long long t = clock64(); while (clock64() - t < cycles) {} }'
 
 
@@ -93,6 +96,9 @@ class Matmul:
     built: Nvrtc | None = None
     """The epilogue as compiled (``CublasDevice.compile``)."""
     built_prologues: tuple[Nvrtc, ...] = ()
+    strided: StridedCall | None = None
+    """The matmul as one cuBLAS call on the operands' and the output's own strides (``engine.devices.strided_gemm``);
+    None: through ``cupy.matmul``, which copies strided operands and a permuted result."""
     gemm: cuda_gemm.Gemm | None = None
     """The same contraction as an implicit GEMM (``engine.kernel.render.cuda_gemm``): its factors as computed,
     gathered into shared memory by one NVRTC kernel that also evaluates the outputs; the ``smem`` variants."""
@@ -177,7 +183,11 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
         return None  # dot products (a row's sum of squares): NVRTC's block reductions beat cuBLAS's 1x1 GEMMs
     roles = [tuple(axes[i] for i in group) for group in (batch, m, n, k)]
     gemm = cuda_gemm.Gemm(direct.kernel, computed.get(a, a), computed.get(b, b), *roles)
-    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after, prologues, gemm=gemm)
+    sizes = [v.size for v in axes]
+    out_strides = [math.prod(sizes[i + 1:ng]) for i in range(ng)]
+    strided = strided_call(sizes, a, b, out_strides, batch, m, n, k, axes)
+    return Matmul(kernel, variant, p, a, b, batch, m, n, k, batch + m + n, after, prologues,
+                  strided=strided, gemm=gemm)
 
 
 def _sizes(mm: Matmul) -> list[int]:
@@ -314,8 +324,10 @@ class CublasDevice(Device):
         batch, m, k, n = _dims(mm)
         first = "".join(f"// prologue {i + 1}: writes the factor the GEMM reads as in{len(kernel.inputs) + i}\n"
                         f"{cuda.source(pro, DEFAULT_VARIANT)[0]}\n" for i, pro in enumerate(mm.prologues))
-        call = first + (f"// {kernel.name}: cuBLAS SGEMM (TF32 off) by cupy.matmul, {batch} x ({m} x {k}) @ ({k} x {n})\n"
-                f"// of the strided views in{mm.a.input}[{mm.a.index}] and in{mm.b.input}[{mm.b.index}]\n")
+        how = (f"by cupy.matmul, {batch} x ({m} x {k}) @ ({k} x {n})" if mm.strided is None else
+               f"on the buffers in place, {batch} x ({m} x {k}) @ ({k} x {n}):\n// {mm.strided.describe()}")
+        call = first + (f"// {kernel.name}: cuBLAS SGEMM (TF32 off) {how}\n"
+                        f"// of the strided views in{mm.a.input}[{mm.a.index}] and in{mm.b.input}[{mm.b.index}]\n")
         if mm.epilogue is None:
             return Source("CUDA C (NVRTC), then a cuBLAS call" if mm.prologues else "cuBLAS call", "cuda", call)
         then = f"// then its epilogue, reading the matmul's result as in{len(kernel.inputs)}:\n"
@@ -394,10 +406,27 @@ class CublasDevice(Device):
         strides = tuple(load.index.coefficient(v) * flat.itemsize for v in axes)
         return self._cp.lib.stride_tricks.as_strided(flat[load.index.const:], shape, strides)
 
+    def _sgemm_strided(self, call: StridedCall, p: Any, q: Any, x: Any) -> None:
+        """Queue ``call`` on the current stream (cupy's cuBLAS binding sets it on the handle), TF32 off as
+        cupy's handle keeps it."""
+        from cupy_backends.cuda.libs import cublas
+
+        ptr = [m.data.ptr + 4 * c.offset for m, c in ((p, call.p), (q, call.q), (x, call.x))]
+        cublas.sgemmStridedBatched(
+            self._cp.cuda.device.get_cublas_handle(), int(call.p.transposed), int(call.q.transposed),
+            call.rows, call.cols, call.depth, _ONE.ctypes.data, ptr[0], call.p.ld, call.p.batch_stride,
+            ptr[1], call.q.ld, call.q.batch_stride, _ZERO.ctypes.data, ptr[2], call.x.ld, call.x.batch_stride,
+            call.batch)
+
     def _gemm(self, mm: Matmul, inputs: list[Any], out: Any) -> Callable[[], object]:
         """The matmul as a call whose operand views are made already (cupy's host work stays out of the timed
-        window); one 2-D GEMM when there is no batch."""
+        window): the strided cuBLAS call where it applies, else ``cupy.matmul`` (one 2-D GEMM when there is no
+        batch)."""
         cp = self._cp
+        call = mm.strided
+        if call is not None and call.p.input is not None and call.q.input is not None:
+            p, q = inputs[call.p.input], inputs[call.q.input]
+            return lambda: self._sgemm_strided(call, p, q, out)
         sizes = _sizes(mm)
         batch, m, k, n = _dims(mm)
         av = self._view(inputs[mm.a.input], mm.a, mm)
