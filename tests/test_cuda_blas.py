@@ -4,6 +4,7 @@ real CUDA GPU the math (TF32 off), NVRTC's kernels and whole plans."""
 
 from __future__ import annotations
 
+import itertools
 import sys
 import types
 from typing import ClassVar
@@ -303,6 +304,34 @@ def test_batched_products_of_permuted_operands_into_a_permuted_output_verify(siz
     device = _host_cublas()
     c = compile_program(from_tensors({"y": y}), [device], Options(tune=False, tune_cache=False))
     assert c.verification.ok
+
+
+@pytest.mark.parametrize("on", ["host", pytest.param("gpu", marks=pytest.mark.skipif(_cupy() is None,
+                                                                             reason="needs cupy and a CUDA GPU"))])
+def test_products_of_permuted_operands_into_permuted_outputs_match_the_numpy_device(on):
+    """cublasSgemmStridedBatched (its contract in numpy on the host, the real one on a GPU) on every layout the
+    strided call takes (transposed operands, leading dimensions, batch strides) at odd sizes: 64 of the 216."""
+    device = _host_cublas() if on == "host" else cuda_blas.discover()[0]
+    host = NumpyDevice()
+    rng = np.random.default_rng(0)
+    taken = 0
+    for pa, pb, po in itertools.product(itertools.permutations(range(3)), repeat=3):
+        nb, m, k, n = 3, 37, 19, 45
+        a = Tensor.input("a", tuple((nb, m, k)[i] for i in pa)).permute(*(int(i) for i in np.argsort(pa)))
+        b = Tensor.input("b", tuple((nb, k, n)[i] for i in pb)).permute(*(int(i) for i in np.argsort(pb)))
+        (kernel,) = _kernels((a @ b).permute(*po))
+        mm = cuda_blas.as_matmul(kernel)
+        if mm is None or mm.strided is None:
+            continue
+        ins = [rng.standard_normal(buf.numel).astype(np.float32) for buf in kernel.inputs]
+        (want,) = [np.full(buf.numel, np.nan, np.float32) for buf in kernel.output_types]
+        host.launch(host.compile(kernel), ins, [want])
+        out = device.upload(np.full(want.size, np.nan, np.float32))
+        device.launch(device.compile(kernel), [device.upload(x) for x in ins], [out])
+        got = device.download(out, kernel.output_types[0]).reshape(-1)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{pa} {pb} {po}")
+        taken += 1
+    assert taken == 64
 
 
 def test_a_small_matmul_is_priced_as_a_whole_wave_of_tiles():
