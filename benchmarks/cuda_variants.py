@@ -3,6 +3,7 @@ beside torch (eager and torch.compile) in the same process: the loop for iterati
 (the implicit GEMM of a convolution, the row kernels held in registers) without a whole compare.py run.
 
     python benchmarks/cuda_variants.py [conv_relu layernorm softmax:8192 layernorm:8192 ...] [--repeats 20]
+                                       [--default-only]
 
 A name is a sample (``sample_graphs``) or one of compare.py's ``--gpu`` workloads at a size (``softmax:8192``).
 Each kernel of the workload's candidates that holds a reduce or row stages and is at least 1 MiB of traffic is
@@ -45,6 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", default=["conv_relu", "layernorm", "softmax:8192", "layernorm:8192"])
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--default-only", action="store_true", help="only the default variant (the cuBLAS forms)")
     args = parser.parse_args()
     (device,) = cuda_blas.discover()[:1]
     torch = _torch()
@@ -71,7 +73,8 @@ def main() -> None:
             want = [np.full(b.numel, np.nan, b.dtype.numpy) for b in k.output_types]
             host.launch(host.compile(k), ins, want)
             gins = [device.upload(x) for x in ins]
-            variants = [DEFAULT_VARIANT, *device.seeds(k), *EXTRA, *seeds(k, True)]
+            variants = [DEFAULT_VARIANT] if args.default_only else [DEFAULT_VARIANT, *device.seeds(k), *EXTRA,
+                                                                     *seeds(k, True)]
             for v in dict.fromkeys(variants):
                 if device.variant_error(k, v) is not None:
                     continue
