@@ -129,6 +129,9 @@ CONTRACTIONS = {
     "batched, transposed, permuted": lambda: (Tensor.input("a", (3, 37, 7)) @ Tensor.input("b", (3, 6, 7))
                                               .permute(0, 2, 1)).permute(1, 0, 2),
     "computed factor": lambda: Tensor.input("a", (70, 19)).exp() @ Tensor.input("b", (19, 23)),
+    "k through a reshape": lambda: (Tensor.input("a", (5, 12))
+                                    @ Tensor.input("b", (4, 3, 7)).permute(1, 0, 2).reshape(12, 7)),
+    "conv whose k tables outgrow shared memory": lambda: _conv(1, 456, 4, 3, 4, 3),
 }
 GEMM_VARIANTS = [*cuda_blas.GEMM_SEEDS, Variant(local_size=64, upcast=4, tile=4, smem=8)]
 
@@ -166,6 +169,21 @@ def test_a_convolution_gets_implicit_gemm_variants_that_read_x_directly():
     assert "_igemm_" in text and "cuBLAS" not in text and "__shared__" in text
     assert "in3" not in text  # no scratch input: the factor is gathered from x (in0)
     assert "cuBLAS" in device.source(kernel, DEFAULT_VARIANT).text
+
+
+def test_the_gather_looks_k_up_in_tables_only_where_k_does_not_step_the_index_evenly():
+    """A padded 3x3 convolution's input offset and window bounds come from k tables; its weights, a plain matmul's
+    operands and a 1x1 convolution step by k itself; tables that would not fit beside the tiles are not made (k's
+    axes are decoded by division, as before)."""
+    v = Variant(local_size=64, upcast=4, tile=4, smem=8)
+    found = {case: cuda_gemm.k_tables(_contraction(CONTRACTIONS[case]())[1].gemm, v) for case in CONTRACTIONS}
+    assert len(found["conv odd sizes, padding, bias, relu"]) == 3  # offset, window row, window column
+    assert found["conv 1x1"] == found["computed factor"] == found["batched, transposed, permuted"] == []
+    assert len(found["k through a reshape"]) == 1
+    assert found["conv whose k tables outgrow shared memory"] is None
+    _, mm = _contraction(CONTRACTIONS["conv odd sizes, padding, bias, relu"]())
+    code, _ = cuda_gemm.source(mm.gemm, v)
+    assert "kt0[kk]" in code and code.count("(kk / 9)") == 1  # decoded once, when the tables are filled
 
 
 @pytest.mark.parametrize("variant, why", [

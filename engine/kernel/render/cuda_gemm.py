@@ -18,11 +18,12 @@ upcast``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
-from engine.kernel.index import Var, flatten, var
-from engine.kernel.ir import Acc, Expr, Kernel, Load, schedule
+from engine.kernel.index import Idx, Var, flatten, var
+from engine.kernel.ir import Acc, Expr, Kernel, Load, Where, schedule
 from engine.kernel.render.base import function_name as base_name
 from engine.kernel.render.cuda import PRELUDE, CudaEmitter, cuda_error, restrict
 from engine.kernel.schedule import Variant, block
@@ -110,6 +111,50 @@ def _contiguous(f: Expr, axes: tuple[Var, ...]) -> bool:
     return bool(inner) and any(isinstance(e, Load) and abs(e.index.coefficient(inner[-1])) == 1 for e in schedule([f]))
 
 
+def _indices(f: Expr) -> list[Idx]:
+    """Every index ``f`` reads at or bounds-checks, once each."""
+    out: dict[Idx, None] = {}
+    for e in schedule([f]):
+        if isinstance(e, Load):
+            out[e.index] = None
+        elif isinstance(e, Where):
+            out.update(dict.fromkeys(b.index for b in e.bounds))
+    return list(out)
+
+
+def _k_part(x: Idx, k: tuple[Var, ...]) -> Idx | None:
+    """The terms of ``x`` over the k axes, or None when ``x`` is not affine (a division or modulo of them)."""
+    if not x.is_affine and any(v in k for v in x.variables()):
+        return None
+    return Idx(tuple((a, c) for a, c in x.terms if a in k))
+
+
+def _flat_step(part: Idx, k: tuple[Var, ...]) -> int | None:
+    """``c`` when ``part`` is ``c * kk`` (the k axes' coefficients nest row-major, as a plain matmul's and a
+    convolution's weights do), else None."""
+    live = [v for v in k if v.size > 1]
+    if not live:
+        return 0
+    step = part.coefficient(live[-1])
+    for outer, inner in itertools.pairwise(live):
+        if part.coefficient(outer) != part.coefficient(inner) * inner.size:
+            return None
+    return step
+
+
+def k_tables(g: Gemm, variant: Variant) -> list[Idx] | None:
+    """The k parts of the factors' indices that are no multiple of the flat k (a padded convolution's input offset
+    ``4096*r0 + 64*r1 + r2`` and the window's row and column ``r1``, ``r2`` in its bounds).  Each is looked up in
+    a shared table of its value at every k, filled once per block, instead of decoding k's axes by division in
+    every gathered element.  None where some index is not affine in k, or the tables do not fit beside the tiles:
+    the gather then decodes k's axes."""
+    parts = [_k_part(x, g.k) for f in (g.a, g.b) for x in _indices(f)]
+    if any(p is None for p in parts):
+        return None
+    tables = list(dict.fromkeys(p for p in parts if p is not None and _flat_step(p, g.k) is None))
+    return tables if shared_bytes(variant) + 4 * g.sizes[3] * len(tables) <= MAX_SHARED else None
+
+
 class _GemmEmitter(CudaEmitter):
     """Builds the implicit GEMM's function; expressions (factors, outputs) are the CUDA emitter's."""
 
@@ -117,6 +162,38 @@ class _GemmEmitter(CudaEmitter):
         super().__init__(g.kernel, Variant(local_size=variant.local_size))
         self.gemm = g
         self.gv = variant
+        self.tables = k_tables(g, variant)
+        self.split: dict[Idx, str] = {}
+        """How the gathered element being emitted renders each index: its m part plus its k part at ``kk``."""
+
+    def index(self, x: Idx) -> str:
+        return self.split.get(x) or super().index(x)
+
+    def fill_tables(self) -> None:
+        """Declare the k tables and fill them, every thread a share of k, before the first slice is gathered."""
+        if not self.tables:
+            return
+        it, k = self.itype, self.gemm.sizes[3]
+        for j in range(len(self.tables)):
+            self.lines.append(f"  __shared__ {it} kt{j}[{k}];")
+        self.lines.append(f"  for ({it} kk = threadIdx.x; kk < {k}; kk += {self.gv.local_size}) {{")
+        self.declare("kk", self.gemm.k, "    ")
+        for j, part in enumerate(self.tables):
+            self.lines.append(f"    kt{j}[kk] = {super().index(part)};")
+        self.lines += ["  }", "  __syncthreads();"]
+
+    def split_indices(self, f: Expr) -> None:
+        """Render each index of ``f`` as its m part (the slice row's axes, declared) plus its k part: a multiple of
+        ``kk`` or a k table's entry."""
+        assert self.tables is not None
+        self.split = {}
+        for x in _indices(f):
+            part = _k_part(x, self.gemm.k)
+            assert part is not None
+            rest = Idx(tuple(t for t in x.terms if t not in part.terms), x.const)
+            step = _flat_step(part, self.gemm.k)
+            at = f"kt{self.tables.index(part)}[kk]" if step is None else "kk" if step == 1 else f"{step}*kk"
+            self.split[x] = f"({super().index(rest)} + {at})" if step != 0 else f"({super().index(rest)})"
 
     def declare(self, flat: str, vs: tuple[Var, ...], indent: str) -> None:
         """Each variable of ``vs`` (row-major) from the flat index ``flat``."""
@@ -155,8 +232,12 @@ class _GemmEmitter(CudaEmitter):
                       f"kk < {g.sizes[3]}) {{"]
             body_start = len(self.lines)
             self.declare("p", outer, "    ")
-            self.declare("kk", g.k, "    ")
+            if self.tables is None:
+                self.declare("kk", g.k, "    ")
+            else:
+                self.split_indices(f)
             name = self.value(f, "    ")
+            self.split = {}
             lines += self.lines[body_start:]
             del self.lines[body_start:]
             lines += [f"    v = {name};", "  }", f"  {reg}[{q}] = v;", "}"]
@@ -179,6 +260,7 @@ class _GemmEmitter(CudaEmitter):
         if g.batch:
             lines.append(f"  const {it} bz = blockIdx.z;")
             self.declare("bz", g.batch, "  ")
+        self.fill_tables()
         pad_a, pad_b = (0 if _along(f, outer, g.k) else 4 for f, outer in ((g.a, g.m), (g.b, g.n)))
         lines.append(f"  __shared__ __align__(16) float As[2][{bk}][{bm + pad_a}];")
         lines.append(f"  __shared__ __align__(16) float Bs[2][{bk}][{bn + pad_b}];")
