@@ -7,7 +7,10 @@ each block computes a ``BM x BN`` tile of one batch, stepping over k in slices o
 evaluate the factors' expressions (a padded convolution's bounds and shifted index, rmsnorm's scaled rows, a
 plain strided load) at the slice's points into registers, store them to shared memory, and while the slice is
 multiplied (fp32 ``fmaf``, each thread a ``TM x TN`` register tile read as ``float4``) the next slice's values
-are already loading.  The kernel's outputs (bias, activation, residual) are evaluated at each result in
+are already loading.  Each index a factor reads at or bounds-checks is its part over the row's axes plus its part
+over k: a multiple of the flat ``kk`` where k's axes step it evenly (a matmul, a convolution's weights), else an
+entry of a shared table of that part at every k (a padded convolution's input offset and window), filled once
+per block, so that no gathered element decodes k's axes by division.  The kernel's outputs (bias, activation, residual) are evaluated at each result in
 registers, so one launch replaces im2col prologue, GEMM and epilogue.
 
 The variant's fields (``Variant.smem``'s meaning, operands staged in local memory, on this device): ``smem`` is
