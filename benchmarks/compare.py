@@ -173,7 +173,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     for s in plan.launches():
         counts[s.device.removeprefix("opencl:")[:12]] = counts.get(s.device.removeprefix("opencl:")[:12], 0) + 1
     kernels = " ".join(f"{d}:{k}" for d, k in counts.items())
-    tuned = {kn.candidate: r for kn, r in c.tuning.items()}
+    tuned = {(r.kernel, r.device): r for r in c.tuning.values()}  # a candidate is tuned once per device
     details = []
     resident = put = None
     runs: dict[str, Callable[[], object]] = {}
@@ -204,7 +204,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
         runs = {"fresh": lambda: execute(plan, devices, inputs), "put": lambda: session.run(frozen)}
         kept = session
     for s in plan.launches():
-        r = next((r for r in tuned.values() if r.kernel == s.kernel.key and r.device == s.device), None)
+        r = tuned.get((s.kernel.key, s.device))
         shape = "x".join(map(str, s.kernel.shape)) or "()"
         red = "+".join(str(r.size) for r in s.kernel.reduces) or "1"  # a row kernel: one per stage
         timed = f"{r.seconds * 1e3:.3f} ms of {len(r.trials)} tried" if r is not None else "untuned"
@@ -212,6 +212,11 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
         if r is not None:
             details.append("    " + "; ".join(f"{t.variant}: {ms(t.seconds) if t.seconds else t.status}"
                                             for t in r.trials))
+    launched = {(s.kernel.key, s.device) for s in plan.launches()}
+    details += [f"timed, not launched: {r.device.removeprefix('opencl:')[:12]} {r.kernel}: {ms(r.seconds)} of "
+                f"{len(r.trials)} tried" for key, r in tuned.items() if key not in launched]
+    details += [f"{kn.device.removeprefix('opencl:')[:12]} {kn.candidate}: {skip}" for kn, skip in c.skipped.items()]
+    details += [f"problem: {p}" for p in c.problems]
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
     moved = sum(s.kernel.moved_bytes for s in plan.launches())
     return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put,
