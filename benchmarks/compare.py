@@ -217,6 +217,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
                 f"{len(r.trials)} tried" for key, r in tuned.items() if key not in launched]
     details += [f"{kn.device.removeprefix('opencl:')[:12]} {kn.candidate}: {skip}" for kn, skip in c.skipped.items()]
     details += [f"problem: {p}" for p in c.problems]
+    details += [f"copies priced: {pool.removeprefix('opencl:')[:12]} {link.describe()}" for pool, link in c.links.items()]
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
     moved = sum(s.kernel.moved_bytes for s in plan.launches())
     return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put,
