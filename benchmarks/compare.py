@@ -158,6 +158,11 @@ class Measured:
     """CPU: the session ``runs["put"]`` uses, left open for ``race``; the caller closes it."""
 
 
+def _short(device: str) -> str:
+    """A device or pool name cut to the table's width."""
+    return device.removeprefix("opencl:")[:12]
+
+
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
                  repeats: int, kernels_only: bool) -> Measured:
     start = time.perf_counter()
@@ -171,7 +176,7 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
     assert plan is not None
     counts: dict[str, int] = {}
     for s in plan.launches():
-        counts[s.device.removeprefix("opencl:")[:12]] = counts.get(s.device.removeprefix("opencl:")[:12], 0) + 1
+        counts[_short(s.device)] = counts.get(_short(s.device), 0) + 1
     kernels = " ".join(f"{d}:{k}" for d, k in counts.items())
     tuned = {(r.kernel, r.device): r for r in c.tuning.values()}  # a candidate is tuned once per device
     details = []
@@ -208,16 +213,16 @@ def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, n
         shape = "x".join(map(str, s.kernel.shape)) or "()"
         red = "+".join(str(r.size) for r in s.kernel.reduces) or "1"  # a row kernel: one per stage
         timed = f"{r.seconds * 1e3:.3f} ms of {len(r.trials)} tried" if r is not None else "untuned"
-        details.append(f"{s.device.removeprefix('opencl:')[:12]} {shape} reduce {red}: {s.variant}, {timed}")
+        details.append(f"{_short(s.device)} {shape} reduce {red}: {s.variant}, {timed}")
         if r is not None:
             details.append("    " + "; ".join(f"{t.variant}: {ms(t.seconds) if t.seconds else t.status}"
                                             for t in r.trials))
     launched = {(s.kernel.key, s.device) for s in plan.launches()}
-    details += [f"timed, not launched: {r.device.removeprefix('opencl:')[:12]} {r.kernel}: {ms(r.seconds)} of "
+    details += [f"timed, not launched: {_short(r.device)} {r.kernel}: {r.seconds * 1e3:.3f} ms of "
                 f"{len(r.trials)} tried" for key, r in tuned.items() if key not in launched]
-    details += [f"{kn.device.removeprefix('opencl:')[:12]} {kn.candidate}: {skip}" for kn, skip in c.skipped.items()]
+    details += [f"{_short(kn.device)} {kn.candidate}: {skip}" for kn, skip in c.skipped.items()]
     details += [f"problem: {p}" for p in c.problems]
-    details += [f"copies priced: {pool.removeprefix('opencl:')[:12]} {link.describe()}" for pool, link in c.links.items()]
+    details += [f"copies priced: {_short(pool)} {link.describe()}" for pool, link in c.links.items()]
     note = "" if ok else f" (max error {worst.max_error:.1e} > rtol {worst.rtol:g} atol {worst.atol:g})"
     moved = sum(s.kernel.moved_bytes for s in plan.launches())
     return Measured(seconds, compile_seconds, tune_seconds, kernels, ok, details, moved, note, end_to_end, resident, put,
