@@ -18,7 +18,9 @@ buffers; the plan column's fresh output arrays pay their first-touch page faults
 
 ``--gpu``: large workloads (8192^2 elementwise, softmax, layernorm, sum; 4096^3
 matmul) and every full-size sample on the first OpenCL GPU plus the CUDA
-device where cupy finds a CUDA GPU (extraction chooses): the plan's kernel time
+device where cupy finds a CUDA GPU (extraction chooses, for inputs resident on
+the devices: ``Options.resident_inputs``, as torch's timed calls have their
+tensors on the GPU; ``fresh`` runs that plan from host arrays): the plan's kernel time
 (profiled events, data on the device), its bandwidth as a fraction of a
 device-to-device ``clEnqueueCopyBuffer`` measured in the same run, and torch
 eager and ``torch.compile`` (CUDA, fp32, TF32 off) where torch is importable;
@@ -165,8 +167,11 @@ def _short(device: str) -> str:
 
 def measure_plan(program: Program, devices: list[Device], inputs: Mapping[str, np.ndarray], budget: Budget,
                  repeats: int, kernels_only: bool) -> Measured:
+    """``program``'s plan on ``devices``, compiled and verified. ``kernels_only`` (``--gpu``): planned for inputs
+    resident on the devices and timed by its launches, then end to end three ways; else its runs for ``race``."""
     start = time.perf_counter()
-    c = compile_program(program, devices, Options(execute=False, tune_cache=False, tune_budget=budget))
+    c = compile_program(program, devices, Options(execute=False, tune_cache=False, tune_budget=budget,
+                                                  resident_inputs=kernels_only))
     compile_seconds = time.perf_counter() - start
     tune_seconds = sum(r.elapsed for r in c.tuning.values())
     verification = run(c, inputs)

@@ -5,7 +5,8 @@ host pool at no cost; a ``kernel`` node makes its class a value in its device's
 pool from its children's values in that pool; a ``to_device`` node copies a
 value from another pool (``transfer_time(nbytes, src, dst)``).
 
-Three extractors share one signature, ``(egraph, device_pools, kernel_time, transfer_time, *, pins)``:
+Three extractors share one signature, ``(egraph, device_pools, kernel_time, transfer_time, *, pins, resident)``
+(``resident``: classes of program inputs that a ``Session`` keeps on the devices, whose uploads cost nothing):
 
 - ``greedy``: zyx's extractor, the cheapest producer of each value by *tree cost*
   (a shared value counted once per use), by a worklist over readers: linear up to a log;
@@ -31,7 +32,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -220,6 +221,7 @@ def _problem(
     kernel_time: KernelTime,
     transfer_time: TransferTime,
     pins: Mapping[ClassId, Pin] | None,
+    resident: Collection[ClassId] = (),
 ) -> Problem:
     pinned = {egraph.find(c): p for c, p in (pins or {}).items()}
     allowed = dict.fromkeys(pinned, 0)
@@ -246,7 +248,7 @@ def _problem(
                 dst = param.pool  # type: ignore[attr-defined]
                 for src in pools:
                     if src != dst:
-                        t = transfer_time(nbytes, src, dst)
+                        t = 0.0 if src == HOST and cls.id in resident else transfer_time(nbytes, src, dst)
                         transfers.append(((cls.id, dst), Producer(n, t, ((cls.id, src),), (cls.id, src))))
     empty = [str(pinned[c]) for c, k in allowed.items() if k == 0]
     if empty:
@@ -590,9 +592,10 @@ def _solve(
     kernel_time: KernelTime,
     transfer_time: TransferTime,
     pins: Mapping[ClassId, Pin] | None,
+    resident: Collection[ClassId],
 ) -> tuple[Problem, dict[Value, Producer]]:
     """The problem and greedy's selection; ExtractionError (naming the pins to blame) if an output is uncomputable."""
-    problem = _problem(egraph, device_pools, kernel_time, transfer_time, pins)
+    problem = _problem(egraph, device_pools, kernel_time, transfer_time, pins, resident)
     selection, missing = _selection(problem)
     if missing:
         if not pins:
@@ -600,7 +603,7 @@ def _solve(
         args = (egraph, device_pools, kernel_time, transfer_time)
         blame = []
         for pin in pins.values():
-            alone = _greedy_best(_problem(*args, Pins([pin])))
+            alone = _greedy_best(_problem(*args, Pins([pin]), resident))
             if any(v not in alone for v in problem.outputs.values()):
                 blame.append(str(pin))
         which = "; ".join(blame) if blame else "; ".join(map(str, pins.values())) + " (together)"
@@ -659,13 +662,14 @@ def greedy(
     transfer_time: TransferTime,
     *,
     pins: Mapping[ClassId, Pin] | None = None,
+    resident: Collection[ClassId] = (),
 ) -> Extraction:
     """The tree-cheapest producer of every value (a worklist over readers: linear up to a log factor).
 
     ``device_pools`` maps device names to their pools; ``kernel_time(param)`` gives a kernel
     node's seconds, ``transfer_time(nbytes, src, dst)`` those of a copy between pools.
     """
-    return _greedy(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), math.inf)
+    return _greedy(*_solve(egraph, device_pools, kernel_time, transfer_time, pins, resident), math.inf)
 
 
 def _greedy(problem: Problem, selection: dict[Value, Producer], deadline: float) -> Extraction:
@@ -680,6 +684,7 @@ def dag(
     transfer_time: TransferTime,
     *,
     pins: Mapping[ClassId, Pin] | None = None,
+    resident: Collection[ClassId] = (),
     max_rounds: int = 50,
     seconds: float = 2.0,
 ) -> Extraction:
@@ -690,7 +695,7 @@ def dag(
     the call) with the best selection found (never worse than greedy's); ``note`` says so.
     """
     deadline = time.perf_counter() + seconds
-    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), deadline, max_rounds)
+    return _dag(*_solve(egraph, device_pools, kernel_time, transfer_time, pins, resident), deadline, max_rounds)
 
 
 def _dag(problem: Problem, selection: dict[Value, Producer], deadline: float, max_rounds: int = 50) -> Extraction:
@@ -723,6 +728,7 @@ def ilp(
     transfer_time: TransferTime,
     *,
     pins: Mapping[ClassId, Pin] | None = None,
+    resident: Collection[ClassId] = (),
     time_limit: float = 10.0,
 ) -> Extraction:
     """The DAG-cost optimum by a 0/1 program (scipy.optimize.milp), for small graphs.
@@ -734,7 +740,7 @@ def ilp(
     ``time_limit`` bounds the whole call: the ``dag`` search first, the model, then the solver.
     """
     deadline = time.perf_counter() + time_limit
-    return _ilp(*_solve(egraph, device_pools, kernel_time, transfer_time, pins), deadline)
+    return _ilp(*_solve(egraph, device_pools, kernel_time, transfer_time, pins, resident), deadline)
 
 
 PRE_SEARCH = 0.2
@@ -1009,9 +1015,9 @@ class Explainer:
 
 
 def explainer(egraph: EGraph, device_pools: Mapping[str, str], kernel_time: KernelTime, transfer_time: TransferTime,
-              extraction: Extraction) -> Explainer:
+              extraction: Extraction, resident: Collection[ClassId] = ()) -> Explainer:
     """An Explainer of ``extraction`` over the unpinned problem (so that rivals a pin excludes still show)."""
-    return Explainer(_problem(egraph, device_pools, kernel_time, transfer_time, None), extraction)
+    return Explainer(_problem(egraph, device_pools, kernel_time, transfer_time, None, resident), extraction)
 
 
 # -- comparing ---------------------------------------------------------------------------------------

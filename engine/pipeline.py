@@ -16,6 +16,7 @@ is not switched to untimed kernels of classes a timed kernel makes (``Compilatio
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -32,7 +33,7 @@ from engine.kernel.attach import Attached, KernelNode, attach
 from engine.kernel.ir import Kernel
 from engine.kernel.kernelize import MAX_ROOT_FORMS, Kernelization, kernelize
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
-from engine.plan import ExecPlan, Execution, Launch, StepError, build_plan, execute, identical, steady
+from engine.plan import ExecPlan, Execution, Launch, Session, StepError, build_plan, execute, identical, steady
 from engine.program.primitives import PrimGraph
 from engine.program.program import Program
 from engine.program.reference import evaluate
@@ -63,6 +64,9 @@ class Options:
     """Read and write the on-disk tuning cache (``ZYX_EXPLORE_CACHE`` or the user cache dir)."""
     extractor: str = "dag"
     """One of EXTRACTORS."""
+    resident_inputs: bool = False
+    """The program's inputs stay on the devices between runs (a ``Session``): extraction prices their uploads at
+    nothing, as every run of a session after its first pays them, and the plan runs in a session."""
 
     def __post_init__(self) -> None:
         if self.extractor not in EXTRACTORS:
@@ -132,6 +136,9 @@ class Compilation:
     """The devices' calibrated cost models (from ``tuned`` on); executed steps refit them."""
     skipped: dict[KernelNode, Skip] = field(default_factory=dict)
     """Kernel nodes not tuned because their prediction was hopeless next to another device's measured time."""
+    resident: frozenset[ClassId] = frozenset()
+    """The classes of the program's inputs under ``Options.resident_inputs`` (else none): their uploads are priced
+    at nothing, and the plan's runs go through one ``Session``."""
     untried: frozenset[KernelNode] = frozenset()
     """Untimed kernels left out of the plan because the budget ended before they were timed and a timed kernel
     makes the same class: a plan is not changed to kernels only predicted once there is no time to check them."""
@@ -251,6 +258,9 @@ def compile_stages(program: Program, devices: Sequence[Device], options: Options
         param = c.egraph.node(n).param
         c.estimates[param] = by_name[param.device].estimate(c.kernelization.candidates[param.candidate].kernel)
     c.kernel_times = dict(c.estimates)
+    if options.resident_inputs:
+        c.resident = frozenset(cls.id for cls in c.egraph.classes()
+                               if any(c.egraph.node(n).op == "leaf" for n in cls.nodes))
     c.stage = Stage.KERNELIZED
     yield c
     c.extractor = options.extractor
@@ -392,9 +402,10 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     assert c.egraph is not None and c.kernelization is not None
     copy_time = c.transfer_time()
     kernel_time = c.extraction_time
-    c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins)
+    c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins,
+                                           resident=c.resident)
     c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
-                        lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured)
+                        lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured, c.resident)
 
 
 @dataclass(frozen=True)
@@ -486,12 +497,13 @@ def run_what_if(base: Compilation, whatif: Compilation, repeats: int = 3) -> Wha
     values = base.program.input_values()
     runs: tuple[list[float], list[float]] = ([], [])
     best: Execution | None = None
-    for _ in range(repeats):
-        for i, plan in enumerate((base.plan, whatif.plan)):
-            e = execute(plan, base.devices, values)
-            runs[i].append(e.total)
-            if i and (best is None or e.total < best.total):
-                best = e
+    with _runs(base, base.plan) as go_base, _runs(whatif, whatif.plan) as go_whatif:
+        for _ in range(repeats):
+            for i, go in enumerate((go_base, go_whatif)):
+                e = go(values)
+                runs[i].append(e.total)
+                if i and (best is None or e.total < best.total):
+                    best = e
     assert best is not None
     checked = verify(best.outputs, evaluate(base.program.lower(), values), base.program)
     return WhatIfRun((base.plan.predicted, whatif.plan.predicted), (tuple(runs[0]), tuple(runs[1])), best, checked)
@@ -500,7 +512,7 @@ def run_what_if(base: Compilation, whatif: Compilation, repeats: int = 3) -> Wha
 def explain(c: Compilation) -> Explainer:
     """Why each class of ``c``'s plan is made as it is, in the extractor's objective (DAG cost, same times)."""
     assert c.egraph is not None and c.extraction is not None
-    return explainer(c.egraph, c.device_pools, c.extraction_time, c.transfer_time(), c.extraction)
+    return explainer(c.egraph, c.device_pools, c.extraction_time, c.transfer_time(), c.extraction, c.resident)
 
 
 PLAN_RUNS = 3
@@ -522,8 +534,9 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
     while True:  # a step that fails: re-plan without its kernel (or its device, if lost) and run again
         try:
             runs: list[Execution] = []
-            for _ in range(PLAN_RUNS):
-                runs.append(_sharing_outputs(execute(compilation.plan, compilation.devices, values), runs))
+            with _runs(compilation, compilation.plan) as go:
+                for _ in range(PLAN_RUNS):
+                    runs.append(_sharing_outputs(go(values), runs))
             break
         except StepError as e:
             device = by_name.get(e.device)
@@ -537,6 +550,17 @@ def run(compilation: Compilation, inputs: Mapping[str, np.ndarray] | None = None
     checks = [verify(r.outputs, reference, program) for r in runs]
     compilation.verification = next((v for v in checks if not v.ok), checks[-1])
     return compilation.verification
+
+
+@contextlib.contextmanager
+def _runs(c: Compilation, plan: ExecPlan) -> Iterator[Callable[[Mapping[str, np.ndarray]], Execution]]:
+    """Timed runs of ``plan``: fresh executions, or where ``c``'s inputs are resident one ``Session``'s runs (its
+    first uploads them, the later ones reuse them), as the extraction priced them."""
+    if not c.resident:
+        yield lambda values: execute(plan, c.devices, values)
+        return
+    with Session(plan, c.devices, timed=True) as session:
+        yield session.run
 
 
 def _sharing_outputs(run: Execution, earlier: Sequence[Execution]) -> Execution:

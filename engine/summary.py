@@ -35,6 +35,7 @@ def summary(c: Compilation) -> dict[str, Any]:
         "verified": c.verification.ok if c.verification is not None else None,
         "devices": [d.name for d in c.devices],
         "extractor": c.extractor,
+        "resident_inputs": bool(c.resident),
         "launches": len(launches),
         "launches_measured": sum(launch["timed"] for launch in launches),
         "coverage": c.plan.coverage(),

@@ -162,7 +162,7 @@ def test_compile_json_reports_the_plan(capsys, tune):
     assert out["predicted_s"] == pytest.approx(sum(launch["predicted_s"] for launch in out["plan"])
                                                + out["copies_predicted_s"])
     assert out["measured_s"] >= sum(launch["measured_s"] for launch in out["plan"]) > 0 and out["first_run_s"] > 0
-    assert out["reruns"] == 2
+    assert out["reruns"] == 2 and out["resident_inputs"] is False
     assert (out["kernels_tuned"] > 0) is tune and out["tune_s"] >= 0
     assert all({"kernel", "device", "variant", "predicted_s", "measured_s"} <= set(launch) for launch in out["plan"])
 
@@ -172,3 +172,12 @@ def test_compile_prints_the_plan_and_its_coverage(capsys):
     out = capsys.readouterr().out
     assert "plan launches" in out and "launches predicted only" in out and "verified" in out
     assert "(median of 2 reruns; first run " in out
+
+
+def test_compile_for_resident_inputs_says_so(capsys):
+    args = ["compile", str(sample_graphs.path("mlp.small")), "--no-tune", "--no-native", "--resident"]
+    assert main(args) == 0
+    assert "plan for inputs resident on the devices (uploads priced at nothing): " in capsys.readouterr().out
+    assert main([*args, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["resident_inputs"] is True and out["verified"] is True

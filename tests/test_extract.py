@@ -23,6 +23,7 @@ from engine.extract import (
     Producer,
     compare,
     dag,
+    explainer,
     greedy,
     ilp,
     solve,
@@ -30,7 +31,7 @@ from engine.extract import (
 from engine.kernel.attach import KernelNode, ToDevice
 from engine.kernel.ir import HOST
 from engine.pipeline import Compilation, Options, compile_program, transfer_estimate, verify
-from engine.plan import build_plan, execute
+from engine.plan import Copy, build_plan, execute
 from engine.program.reference import evaluate
 
 CPU_OPENCL = [d for d in discover() if not d.is_gpu][:1]
@@ -285,3 +286,41 @@ def test_dag_switches_a_chain_of_classes_across_pools_together():
     best = solve(problem, "ilp").dag_cost
     assert solve(problem, "greedy").dag_cost > 1.1 * best
     assert solve(problem, "dag").dag_cost <= 1.01 * best
+
+
+# -- inputs resident on the devices ------------------------------------------------------------------
+
+
+def _input_classes(c: Compilation) -> frozenset:
+    return frozenset(cls.id for cls in c.egraph.classes() if any(c.egraph.node(n).op == "leaf" for n in cls.nodes))
+
+
+@pytest.mark.skipif(not CPU_OPENCL, reason="needs an OpenCL device with a pool of its own (PoCL)")
+@pytest.mark.parametrize("method", sorted(EXTRACTORS))
+def test_resident_inputs_upload_for_nothing_so_the_faster_device_takes_the_plan(method):
+    """OpenCL's kernels are fast, but an upload costs a second (a download nothing): fed from host arrays the plan
+    stays on the host; with the inputs resident it moves to OpenCL, each input's upload priced at nothing by the
+    extractor, the plan and the explanation alike, and it still verifies."""
+    c = compiled("mlp.small")
+    opencl = CPU_OPENCL[0]
+
+    def kernel_time(kn: KernelNode) -> float:
+        return 1e-6 if kn.device == opencl.name else 1e-3
+
+    def transfer_time(nbytes: int, src: str, dst: str) -> float:
+        return 1.0 if src == HOST else 1e-6
+
+    inputs = _input_classes(c)
+    fed = EXTRACTORS[method](c.egraph, c.device_pools, kernel_time, transfer_time)
+    kept = EXTRACTORS[method](c.egraph, c.device_pools, kernel_time, transfer_time, resident=inputs)
+    assert {pool for _, pool in fed.choices} == {HOST}
+    assert opencl.pool in {pool for _, pool in kept.choices} and kept.dag_cost < fed.dag_cost
+    plan = build_plan(kept, c.kernelization, kernel_time, transfer_time, resident=inputs)
+    assert plan.predicted == pytest.approx(kept.dag_cost, rel=1e-9)
+    uploads = [s for s in plan.steps if isinstance(s, Copy) and s.source[1] == HOST]
+    assert uploads and all(s.predicted == 0.0 and s.source[0] in inputs for s in uploads)
+    why = explainer(c.egraph, c.device_pools, kernel_time, transfer_time, kept, inputs).why(uploads[0].source[0])
+    assert why is not None and why.dag_cost == pytest.approx(kept.dag_cost, rel=1e-9)
+    assert all(t.seconds == 0.0 for t in why.chosen if t.copy)
+    values = c.program.input_values()
+    assert verify(execute(plan, c.devices, values).outputs, evaluate(c.program.lower(), values), c.program).ok

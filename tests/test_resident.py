@@ -1,6 +1,6 @@
 """End to end runs of a plan (issue 22): queued launches, a Session keeping inputs on the device between runs
 (reused only while unchanged, byte for byte), its buffers freed on close, the chunked copy helpers, pinned staging
-on PoCL, and freed OpenCL buffers kept for reuse."""
+on PoCL, freed OpenCL buffers kept for reuse, and compilations planned for resident inputs."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from engine import Init, Tensor, from_tensors
 from engine.devices import staging
 from engine.devices.opencl import OpenCLDevice, discover
 from engine.errors import InputError
+from engine.extract import Pins
 from engine.kernel.ir import Buffer
-from engine.pipeline import Options, compile_program
+from engine.pipeline import PLAN_RUNS, Options, compile_program, run_what_if, what_if
 from engine.plan import Allocate, Copy, Free, Launch, Session, execute
 from engine.program.dtypes import DType
 
@@ -267,3 +268,24 @@ def test_reuse_outputs_overwrites_the_previous_runs_arrays_with_correct_results(
         assert all(np.shares_memory(first.outputs[k], second.outputs[k]) for k in first.outputs)
         assert _equal(second.outputs, execute(c.plan, [device], inputs).outputs)
     assert not session._host  # close lets go of them
+
+
+@needs_opencl
+@pytest.mark.parametrize("resident", [False, True])
+def test_a_compilation_for_resident_inputs_prices_and_runs_its_uploads_once(resident, monkeypatch):
+    """With ``resident_inputs`` the plan's uploads of inputs are priced at nothing and its runs (the compilation's
+    and a what-if's) go through one session each, so each input is uploaded once, as priced; from host arrays
+    every run uploads them.  Both verify."""
+    device = _fresh_device()
+    uploads: list[int] = []
+    upload = device.upload
+    monkeypatch.setattr(device, "upload", lambda array: uploads.append(array.nbytes) or upload(array))
+    c = compile_program(_program(), [device], Options(tune=False, tune_cache=False, resident_inputs=resident))
+    inputs = len(c.program.inputs)
+    assert c.verification.ok and len(c.resident) == (inputs if resident else 0)
+    copied = [s for s in c.plan.steps if isinstance(s, Copy) and s.target[1] == device.pool]
+    assert len(copied) == inputs and all((s.predicted == 0.0) == resident for s in copied)
+    assert len(uploads) == (1 if resident else PLAN_RUNS) * inputs
+    uploads.clear()
+    measured = run_what_if(c, what_if(c, Pins()).compilation, repeats=2)
+    assert measured.verification.ok and len(uploads) == (2 if resident else 4) * inputs

@@ -120,6 +120,9 @@ def _compile_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seconds of tuning per compilation at most (default 15; 4 per kernel and device)")
     group.add_argument("--extractor", choices=["dag", "greedy", "ilp"], default="dag",
                        help="dag (default: shared kernels counted once), greedy (tree cost) or ilp (exact, small graphs)")
+    group.add_argument("--resident", action="store_true",
+                       help="plan for inputs kept on the devices between runs (a Session): their uploads are priced "
+                            "at nothing and the plan's runs reuse them")
     group.add_argument("--no-opencl", action="store_true", help="no OpenCL devices")
     group.add_argument("--no-native", action="store_true", help="no native C device (it needs a C compiler)")
     group.add_argument("--no-cuda", action="store_true", help="no CUDA device (cuBLAS and NVRTC through cupy)")
@@ -171,7 +174,7 @@ def _options(args: argparse.Namespace) -> Options:
     default = Options().tune_budget
     total = default.total if args.budget is None else args.budget
     budget = Budget(variants=args.tune_variants, seconds=min(default.seconds, total), total=total)
-    return Options(tune=not args.no_tune, tune_budget=budget, extractor=args.extractor)
+    return Options(tune=not args.no_tune, tune_budget=budget, extractor=args.extractor, resident_inputs=args.resident)
 
 
 def _at_least(minimum: int):
@@ -406,7 +409,7 @@ def _serialize(args: argparse.Namespace, console: Console, err: Console) -> int:
     if shown.kernelization is None:
         doc = egraph_document(shown.egraph)
     else:
-        doc = problem_document(shown.egraph, c.device_pools, shown.prices.__getitem__, c.transfer_time())
+        doc = problem_document(shown.egraph, c.device_pools, shown.prices.__getitem__, c.transfer_time(), c.resident)
     write_atomic(args.output, json.dumps(doc, indent=1, allow_nan=False))
     console.print(f"[green]wrote[/green] {escape(str(args.output))}: the {args.stage} e-graph, {len(doc['nodes']):,} nodes")
     return 0

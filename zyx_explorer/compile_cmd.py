@@ -71,7 +71,8 @@ def _print(out: dict[str, Any], console: Console) -> None:
     budget = "" if out["budget_s"] is None else f" of a {units.seconds(out['budget_s'])} budget"
     first = ("" if out["first_run_s"] is None else f" (median of {units.plural(out['reruns'], 'rerun')}; "
                                                     f"first run {units.seconds(out['first_run_s'])})")
-    console.print(f"plan: {out['launches']} launches ({out['coverage']}), predicted {units.seconds(out['predicted_s'])},"
+    resident = " for inputs resident on the devices (uploads priced at nothing)" if out["resident_inputs"] else ""
+    console.print(f"plan{resident}: {out['launches']} launches ({out['coverage']}), predicted {units.seconds(out['predicted_s'])},"
                   f" measured {units.seconds(out['measured_s'])}{first}; tuning {units.seconds(out['tune_s'])}{budget}"
                   + (" (stopped)" if out["tuning_cancelled"] else ""), highlight=False)
     for problem in out["problems"]:

@@ -10,10 +10,10 @@ never extracted).  Our own extractors on such a file find the pipeline's DAG cos
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
-from engine.egraph.egraph import ATTACHED_OPS, EGraph
+from engine.egraph.egraph import ATTACHED_OPS, ClassId, EGraph
 from engine.extract import KernelTime, Problem, Producer, TransferTime, Value, _problem
 from engine.kernel.ir import HOST
 
@@ -48,9 +48,10 @@ def egraph_document(egraph: EGraph) -> dict[str, Any]:
 
 
 def problem_document(egraph: EGraph, device_pools: Mapping[str, str], kernel_time: KernelTime,
-                     transfer_time: TransferTime) -> dict[str, Any]:
-    """A kernelized e-graph's extraction problem (see the module docstring); infinite costs are left out."""
-    problem: Problem = _problem(egraph, device_pools, kernel_time, transfer_time, None)
+                     transfer_time: TransferTime, resident: Collection[ClassId] = ()) -> dict[str, Any]:
+    """A kernelized e-graph's extraction problem (see the module docstring; ``resident``: input classes whose
+    uploads cost nothing, as the compilation priced them); infinite costs are left out."""
+    problem: Problem = _problem(egraph, device_pools, kernel_time, transfer_time, None, resident)
     producers = [(v, p) for v, p in problem.order if math.isfinite(p.time)]
     made: dict[Value, str] = {}  # value -> one producer's node id (what children name)
     kept: dict[str, tuple[Value, Producer]] = {}

@@ -292,6 +292,14 @@ class TestPlanPane:
             await pilot.press("enter")
             assert app.main._active_tab() == "classes" and app.main.selected == plan.steps[launch].outputs[0][0]
 
+    async def test_a_plan_for_resident_inputs_says_its_uploads_are_priced_at_nothing(self, app_factory):
+        app = app_factory(options=Options(tune=False, tune_cache=False, resident_inputs=True))
+        async with app.run_test(size=SIZE) as pilot:
+            await compiled(pilot)
+            await pilot.press("4")
+            assert app.session.compilation.resident
+            assert "inputs resident: their uploads priced at nothing" in str(app.query_one("#plan-summary").render())
+
 
 class TestRewritesPane:
     async def test_filter_by_rule_and_jump_to_the_merged_class(self, app_factory):

@@ -47,6 +47,8 @@ class PlanPane(Vertical):
                 f"({plan.coverage()}); predicted {model.seconds_text(plan.predicted)}"
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}"
                 f"; measured {c.execution.describe() if measured and c.execution else '(not run)'}")
+        if c.resident:
+            text += "; inputs resident: their uploads priced at nothing, the runs reuse them"
         if s.pins:
             run = s.whatif_run
             text += (f"; pinned: {', '.join(f'c{c}=n{n}' for c, n in s.pins.items())} (what-if: "
