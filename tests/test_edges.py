@@ -394,6 +394,18 @@ def test_edge_programs(case):
         assert c.verification.ok, c.verification
 
 
+@pytest.mark.skipif("opencl" not in DEVICE_SETS, reason="needs an OpenCL device with a pool of its own (PoCL)")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(edge_programs())
+def test_edge_programs_planned_for_resident_inputs(case):
+    """On OpenCL alone (every input uploaded), planned for inputs resident on the device and run through one
+    session, whose later runs reuse the uploads (empty and f16 inputs included), the plan agrees with numpy."""
+    program, oracle, dtype = case
+    c = compile_program(program, DEVICE_SETS["opencl"], Options(tune=False, tune_cache=False, resident_inputs=True))
+    assert c.resident and c.verification.ok, c.verification
+    assert_matches(c.execution.outputs["out"], oracle["out"], dtype)
+
+
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(edge_programs())
 def test_edge_programs_tuned(case):
