@@ -21,6 +21,8 @@ def plan_title(c: Compilation, executed: bool) -> str:
     text = (f"{units.plural(len(plan.steps), 'step')} ({units.plural(kinds.count('Launch'), 'launch', 'launches')}, "
             f"{units.plural(kinds.count('Copy'), 'copy', 'copies')}), "
             f"predicted {units.seconds(plan.predicted)}, peak {units.nbytes(plan.peak_bytes)}")
+    if c.resident:
+        text += ", for inputs resident on the devices (their uploads priced at nothing)"
     if executed and c.execution is not None:
         text += f", measured {c.execution.describe()}"
     if executed and c.verification is not None:

@@ -68,3 +68,16 @@ def test_report_says_when_verification_did_not_run(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "verification: not run" in md and "## Plan" in md
     assert any("executed" in n and "not reached" in n for n in result.notes)
+
+
+def test_a_report_of_a_plan_for_resident_inputs_says_so(tmp_path):
+    from engine.devices import NumpyDevice
+    from engine.pipeline import Options, compile_program
+
+    said = "for inputs resident on the devices (their uploads priced at nothing)"
+    for resident in (False, True):
+        c = compile_program(compiled("mlp.small").program, [NumpyDevice()],
+                            Options(tune=False, tune_cache=False, resident_inputs=resident))
+        export_all(c, ["plan"], tmp_path / str(resident), "dot")
+        assert (said in (tmp_path / str(resident) / "report.md").read_text()) is resident
+        assert (said in (tmp_path / str(resident) / "plan.dot").read_text()) is resident
