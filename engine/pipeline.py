@@ -404,8 +404,8 @@ def extract(c: Compilation, pins: Mapping[ClassId, Pin] | None = None) -> None:
     kernel_time = c.extraction_time
     c.extraction = EXTRACTORS[c.extractor](c.egraph, c.device_pools, kernel_time, copy_time, pins=pins,
                                            resident=c.resident)
-    c.plan = build_plan(c.extraction, c.kernelization, kernel_time, copy_time,
-                        lambda kn: c.variants.get(kn, DEFAULT_VARIANT), c.measured, c.resident)
+    c.plan = build_plan(c.extraction, c.kernelization, kernel_time, lambda kn: c.variants.get(kn, DEFAULT_VARIANT),
+                        c.measured)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -28,7 +28,7 @@ import numpy as np
 from engine import units
 from engine.devices import staging
 from engine.devices.base import Device
-from engine.egraph.egraph import ClassId, EGraph
+from engine.egraph.egraph import EGraph
 from engine.extract import Extraction, Value
 from engine.kernel.attach import KernelNode
 from engine.kernel.ir import HOST, Buffer, Kernel
@@ -121,16 +121,14 @@ def build_plan(
     extraction: Extraction,
     kz: Kernelization,
     kernel_time: Callable[[KernelNode], float],
-    transfer_time: Callable[[int, str, str], float],
     variant: Callable[[KernelNode], Variant] = lambda kn: DEFAULT_VARIANT,
     measured: Callable[[KernelNode], bool] = lambda kn: False,
-    resident: Collection[ClassId] = (),
 ) -> ExecPlan:
     """Order the extraction's choices into steps (inputs before users), freeing buffers after their last use.
 
     Each kernel launches in ``variant(kernel node)`` (the tuned or suggested one); ``measured(kernel node)``
-    says whether its ``kernel_time`` was measured; the uploads of ``resident`` classes are priced at nothing, as
-    the extraction priced them.
+    says whether its ``kernel_time`` was measured.  A copy costs what the extraction priced it at (its choice's
+    time: nothing for an input resident on the devices).
     """
     egraph = kz.egraph
     order = _topological(egraph, extraction)
@@ -146,8 +144,7 @@ def build_plan(
         steps.append(Allocate(value, buffer))
         if choice.source is not None:
             src = choice.source
-            free = src[1] == HOST and value[0] in resident
-            steps.append(Copy(src, value, buffer, 0.0 if free else transfer_time(buffer.nbytes, src[1], value[1])))
+            steps.append(Copy(src, value, buffer, choice.time))
             reads.setdefault(src, []).append(len(steps) - 1)
         else:
             assert isinstance(param, KernelNode)

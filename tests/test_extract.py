@@ -50,8 +50,7 @@ def args(c: Compilation) -> tuple:
 
 
 def runs_and_verifies(c: Compilation, extraction: Extraction) -> None:
-    kernel_time, transfer_time = c.kernel_times.__getitem__, transfer_estimate(c.devices)
-    plan = build_plan(extraction, c.kernelization, kernel_time, transfer_time)
+    plan = build_plan(extraction, c.kernelization, c.kernel_times.__getitem__)
     assert plan.predicted == pytest.approx(extraction.dag_cost, rel=1e-9)
     inputs = c.program.input_values()
     outputs = execute(plan, c.devices, inputs).outputs
@@ -315,7 +314,7 @@ def test_resident_inputs_upload_for_nothing_so_the_faster_device_takes_the_plan(
     kept = EXTRACTORS[method](c.egraph, c.device_pools, kernel_time, transfer_time, resident=inputs)
     assert {pool for _, pool in fed.choices} == {HOST}
     assert opencl.pool in {pool for _, pool in kept.choices} and kept.dag_cost < fed.dag_cost
-    plan = build_plan(kept, c.kernelization, kernel_time, transfer_time, resident=inputs)
+    plan = build_plan(kept, c.kernelization, kernel_time)
     assert plan.predicted == pytest.approx(kept.dag_cost, rel=1e-9)
     uploads = [s for s in plan.steps if isinstance(s, Copy) and s.source[1] == HOST]
     assert uploads and all(s.predicted == 0.0 and s.source[0] in inputs for s in uploads)
