@@ -12,11 +12,18 @@ first OpenCL GPU and the CUDA device), then runs it from host arrays to host arr
 Each run's wall time is split into its steps (allocate, upload, launch, download, free) and the rest (Python:
 input checks, kernel lookups, the outputs' reshaping), by timing ``_Run.step``.  Then each device's copy link is
 measured both ways, through pinned staging and pageable arrays (``engine.tuning.links.measure``).
+
+``--resident`` plans for inputs resident on the devices (``Options.resident_inputs``, as ``compare.py --gpu``
+does); ``--torch`` adds torch eager's best wall time from host arrays (``.cuda()`` + call + ``.cpu()``) and from
+tensors on the GPU (call + ``.cpu()``), as compare.py measures them; ``--profile`` prints where the host's time
+goes in the ``put`` runs (cProfile, the functions of most own time).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import pstats
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -24,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+import compare
 import sample_graphs
 from engine import load
 from engine import plan as plan_module
@@ -81,6 +89,21 @@ def best(fn: Callable[[], Execution], repeats: int) -> tuple[float, dict[str, fl
     return found
 
 
+def profile(fn: Callable[[], object], runs: int) -> None:
+    """Print the functions of most own time over ``runs`` calls of ``fn``, per call."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(runs):
+        fn()
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:15]  # type: ignore[attr-defined]
+    print(f"put, cProfile over {runs} runs, per run: own ms, cumulative ms, calls, function")
+    for (path, line, name), (_, calls, own, cumulative, _) in rows:
+        print(f"  {own / runs * 1e3:7.3f} {cumulative / runs * 1e3:7.3f} {calls / runs:6.1f}  "
+              f"{path.rsplit('/', 2)[-1]}:{line} {name}")
+
+
 def row(label: str, wall: float, parts: dict[str, float]) -> str:
     cells = [f"{parts.get(p, 0.0) * 1e3:.3f}" for p in PARTS]
     return f"| {label} | {wall * 1e3:.3f} | " + " | ".join(cells) + f" | {(wall - sum(parts.values())) * 1e3:.3f} |"
@@ -92,7 +115,11 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="the first OpenCL GPU and the CUDA device")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=4.0, help="tuning seconds per kernel")
+    parser.add_argument("--resident", action="store_true", help="plan for inputs resident on the devices")
+    parser.add_argument("--torch", action="store_true", help="torch eager's round trips beside ours (a CUDA GPU)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the put runs")
     args = parser.parse_args()
+    torch = compare._torch() if args.torch else None
     devices: list[Device] = list(opencl_devices())
     if args.gpu:
         devices = [d for d in devices if d.is_gpu][:1] + list(cuda_blas.discover())
@@ -101,7 +128,8 @@ def main() -> None:
     for name in args.samples:
         program = load(sample_graphs.path(name))
         inputs = program.input_values()
-        c = compile_program(program, devices, Options(execute=False, tune_cache=False, tune_budget=budget))
+        c = compile_program(program, devices, Options(execute=False, tune_cache=False, tune_budget=budget,
+                                                      resident_inputs=args.resident))
         plan = c.plan
         assert plan is not None
         nbytes = sum(v.nbytes for v in inputs.values())
@@ -117,6 +145,14 @@ def main() -> None:
             frozen = {k: session.put(k, inputs[k]) for k in session.inputs}
             print(row("put", *best(lambda s=session, i=frozen: s.run(i), args.repeats)))
             outputs = session.run(frozen).outputs
+            if args.profile:
+                profile(lambda s=session, i=frozen: s.run(i), 20 * args.repeats)
+        kernels = sum(t for s, t in zip(plan.steps, execute(plan, devices, inputs).step_times) if isinstance(s, Launch))
+        print(f"kernels (a timed run's launches): {kernels * 1e3:.3f} ms")
+        if torch is not None:
+            trip = compare._torch_round_trip(torch, program, inputs, args.repeats)
+            kept = compare._torch_round_trip(torch, program, inputs, args.repeats, resident=True)
+            print(f"torch eager: .cuda() + call + .cpu() {compare.ms(trip)} ms; call + .cpu() {compare.ms(kept)} ms")
         fresh = execute(plan, devices, inputs).outputs
         same = all(np.array_equal(fresh[k], outputs[k]) for k in fresh)
         print(f"resident outputs equal to a fresh run's: {same}")

@@ -4,6 +4,7 @@
 #  bash benchmarks/h200.sh --calibration [calibration.py args...] the cost-model calibration and cold compiles;
 #  bash benchmarks/h200.sh --variants [cuda_variants.py args...] every CUDA variant of some workloads' kernels;
 #  bash benchmarks/h200.sh --tests [pytest args...] the GPU tests;
+#  bash benchmarks/h200.sh --end-to-end [end_to_end.py args...] where a plan's end-to-end time goes, --gpu;
 #  bash benchmarks/h200.sh --host-launch [SAMPLE ...] a host plan's native launch in each condition, host_launch.py)
 # Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24, graphviz (and tinygrad) in .wheels/ (carried).
 set -u
@@ -21,6 +22,9 @@ if [ "${1:-}" = "--calibration" ]; then
 elif [ "${1:-}" = "--variants" ]; then
   shift
   python3 benchmarks/cuda_variants.py "$@"
+elif [ "${1:-}" = "--end-to-end" ]; then
+  shift
+  python3 benchmarks/end_to_end.py --gpu "$@"
 elif [ "${1:-}" = "--host-launch" ]; then
   shift
   python3 benchmarks/host_launch.py "$@"
