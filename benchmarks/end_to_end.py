@@ -29,9 +29,9 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
+import compare
 import numpy as np
 
-import compare
 import sample_graphs
 from engine import load
 from engine import plan as plan_module

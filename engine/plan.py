@@ -303,7 +303,7 @@ class _Run:
         self.session = session
         self.handles: dict[Value, Any] = {}
         self.borrowed: set[Value] = set()
-        """Values whose device buffer is the session's (a resident input): never freed by this run."""
+        """Values whose device buffer is the session's (a resident input, a kept buffer): never freed by this run."""
         self.compiled: dict[tuple[str, str, Variant], Any] = {} if session is None else session._compiled
         self.copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
         self.input_of = {s.value: s.input for s in plan.steps if isinstance(s, Allocate) and s.input}
@@ -339,6 +339,9 @@ class _Run:
             elif pool == HOST:
                 kept = None if self.session is None else self.session._host.pop(step.value, None)
                 handles[step.value] = kept if kept is not None else np.empty(step.buffer.shape, step.buffer.dtype.numpy)
+            elif self.session is not None:
+                handles[step.value] = self.session._device_buffer(step.value, by_pool[pool], step.buffer)
+                self.borrowed.add(step.value)
             else:
                 handles[step.value] = by_pool[pool].alloc(step.buffer)
             return 0.0
@@ -365,7 +368,10 @@ class _Run:
             outs = [handles[v] for v in step.outputs]
             if self.timed:
                 return device.launch(self.compiled[key], ins, outs)
-            device.launch_queued(self.compiled[key], ins, outs)
+            if self.session is not None and self.borrowed.issuperset((*step.inputs, *step.outputs)):
+                self.session._prepared(step, device, self.compiled[key], ins, outs)()
+            else:
+                device.launch_queued(self.compiled[key], ins, outs)
             return 0.0
         pool = step.value[1]
         handle = handles.pop(step.value)
@@ -406,7 +412,14 @@ class Session:
     buffers are kept too, so each run overwrites the arrays the previous run returned (as a JIT that replays
     into the same buffers does); without it every run returns new arrays.
 
-    Launches are queued, not timed, unless ``timed`` (then each step's time is measured, as ``execute`` does).
+    Device buffers of the values the plan's kernels write are kept too, one per value for the session's life
+    (so it holds all of them at once, where a single execution frees each after its last reader).  A launch
+    whose every buffer is the session's (kept, or a resident input) is prepared once by its device
+    (``Device.prepare``: the host work of a launch, such as operand views and scratch memory) and replayed in
+    later runs; a new upload of an input drops the prepared launches, which are prepared again on its buffer.
+
+    Launches are queued, not timed, unless ``timed`` (then each step's time is measured, as ``execute`` does,
+    and nothing is prepared).
     ``uploads`` and ``reused`` count the input copies made and saved, per device pool.
     """
 
@@ -432,6 +445,11 @@ class Session:
         """Device buffers of inputs by (input, pool)."""
         self._fresh: set[str] = set()
         """Inputs checked in the current run (each is compared once per run, whatever number of pools it goes to)."""
+        self._buffers: dict[Value, tuple[Device, Any]] = {}
+        """Device buffers of the values kernels write, kept from one run to the next."""
+        self._launches: dict[int, tuple[Callable[[], None], tuple[Any, ...]]] = {}
+        """Launches prepared on the session's buffers (``Device.prepare``), replayed by later runs, with the buffers
+        they were prepared on, by the ``id`` of their step (the plan holds the steps: their ids stay theirs)."""
         self.closed = False
         _compile_all(plan, self.devices)
 
@@ -496,9 +514,27 @@ class Session:
             return held[1]
         return self._upload(name, array, device)
 
+    def _device_buffer(self, value: Value, device: Device, buffer: Buffer) -> Any:
+        """The session's buffer for ``value`` in ``device``'s pool, allocated on its first run."""
+        kept = self._buffers.get(value)
+        if kept is None:
+            kept = self._buffers[value] = (device, device.alloc(buffer))
+        return kept[1]
+
+    def _prepared(self, step: Launch, device: Device, compiled: Any, ins: list[Any], outs: list[Any]
+                  ) -> Callable[[], None]:
+        """``step`` prepared on the session's buffers ``ins`` and ``outs`` (see the class docstring)."""
+        prepared = self._launches.get(id(step))
+        if prepared is None:
+            prepared = self._launches[id(step)] = (device.prepare(compiled, ins, outs), (*ins, *outs))
+        return prepared[0]
+
     def _drop(self, name: str) -> None:
+        """Free input ``name``'s device copies, and forget the launches prepared on them."""
         for key in [k for k in self._held if k[0] == name]:
             device, handle = self._held.pop(key)
+            self._launches = {k: (queue, handles) for k, (queue, handles) in self._launches.items()
+                              if not any(h is handle for h in handles)}
             with contextlib.suppress(Exception):  # a lost device's buffer is gone with it
                 device.free(handle)
 
@@ -511,6 +547,11 @@ class Session:
         """Free every resident input buffer; the session runs no more."""
         for name in list(self._snapshots):
             self._drop(name)
+        self._launches.clear()
+        for device, handle in self._buffers.values():
+            with contextlib.suppress(Exception):  # a lost device's buffer is gone with it
+                device.free(handle)
+        self._buffers.clear()
         self._snapshots.clear()
         self._given.clear()
         self._host.clear()

@@ -52,7 +52,7 @@ def _numpy_as_cupy() -> types.SimpleNamespace:
                                  runtime=types.SimpleNamespace(runtimeGetVersion=lambda: 0))
     spin = types.SimpleNamespace(get_function=lambda name: lambda grid, block, args: None)
     return types.SimpleNamespace(__version__="numpy", cuda=cuda, empty=np.empty, asarray=np.asarray,
-                                 asnumpy=np.asarray, matmul=np.matmul, lib=np.lib, RawModule=lambda code: spin,
+                                 asnumpy=np.array, matmul=np.matmul, lib=np.lib, RawModule=lambda code: spin,
                                  ones=np.ones)
 
 
@@ -370,6 +370,28 @@ def test_factors_that_are_computed_get_a_prologue_and_the_plan_verifies(sample):
         assert shown.count("// prologue ") == len(mm.prologues) and shown.index("// prologue 1") < shown.index("cuBLAS")
 
 
+@pytest.mark.parametrize("sample", ["swiglu_mlp.small", "conv_relu.small", "gelu_ffn.small"])
+def test_a_session_builds_each_launchs_calls_once_and_its_replays_verify(sample, monkeypatch):
+    """Prologue scratch, the product's views and the epilogue's accumulator are made when a session first runs a
+    launch; later runs replay those calls on the same buffers."""
+    device = _HostCublas(_numpy_as_pinned_cupy(), 0, "fake", Link.line(0.0, 1e30))
+    program = load(sample_graphs.path(sample))
+    devices = [device]
+    c = compile_program(program, devices, Options(tune=False, tune_cache=False, execute=False,
+                                                  resident_inputs=True))
+    on_device = c.plan.launches()
+    assert any(cuda_blas.as_matmul(s.kernel) is not None for s in on_device)
+    built = []
+    calls = device._calls
+    monkeypatch.setattr(device, "_calls", lambda *a: built.append(a) or calls(*a))
+    inputs = {k: v.copy() for k, v in program.input_values().items()}
+    with Session(c.plan, devices) as session:
+        runs = [session.run(inputs).outputs for _ in range(3)]
+    assert len(built) == len(on_device)
+    expected = execute(c.plan, devices, inputs).outputs
+    assert all(np.array_equal(r[k], expected[k]) for r in runs for k in expected)
+
+
 def test_dot_products_per_row_are_left_to_nvrtc_reductions():
     x = Tensor.input("x", (64, 256))
     (k,) = _kernels((x * x).sum(-1))
@@ -460,3 +482,5 @@ def test_on_the_gpu_queued_runs_and_sessions_match_timed_runs(sample):
         inputs[name] *= 2
         changed = session.run(inputs).outputs
         assert all(np.array_equal(v, execute(c.plan, devices, inputs).outputs[k]) for k, v in changed.items())
+        replayed = session.run(inputs).outputs  # the launches prepared in the run before, replayed
+        assert all(np.array_equal(v, changed[k]) for k, v in replayed.items())

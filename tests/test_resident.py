@@ -161,6 +161,36 @@ def test_closing_a_session_frees_every_input_buffer_it_holds(monkeypatch):
 
 
 @needs_opencl
+def test_a_session_keeps_its_kernels_buffers_and_replays_launches_prepared_once(monkeypatch):
+    device = _fresh_device()
+    c = _compiled([device])
+    launches = c.plan.launches()
+    allocated = [s for s in c.plan.steps if isinstance(s, Allocate) and s.value[1] == device.pool and not s.input
+                 and not any(isinstance(t, Copy) and t.target == s.value for t in c.plan.steps)]
+    assert launches and allocated
+    made, freed, prepared, queued = [], [], [], []
+    alloc, free, prepare, launch_queued = device.alloc, device.free, device.prepare, device.launch_queued
+    monkeypatch.setattr(device, "alloc", lambda b: made.append(alloc(b)) or made[-1])
+    monkeypatch.setattr(device, "free", lambda h: freed.append(h) or free(h))
+    monkeypatch.setattr(device, "prepare", lambda *a: prepared.append(a) or prepare(*a))
+    monkeypatch.setattr(device, "launch_queued", lambda *a: queued.append(a) or launch_queued(*a))
+    inputs = _inputs(c)
+    session = Session(c.plan, [device])
+    for _ in range(3):
+        assert _equal(session.run(inputs).outputs, execute(c.plan, [_fresh_device()], inputs).outputs)
+    assert len(made) == len(allocated) and len(prepared) == len(launches) and not freed
+    assert len(queued) == 3 * len(launches)  # each replay queues its launch, as an execution does
+    inputs["x"][1, 2] = -5.0  # a new upload: the launches reading x's old buffer (only those) are prepared again
+    assert _equal(session.run(inputs).outputs, execute(c.plan, [_fresh_device()], inputs).outputs)
+    x = next(s.value for s in c.plan.steps if isinstance(s, Allocate) and s.input == "x")
+    on_device = {s.target for s in c.plan.steps if isinstance(s, Copy) and s.source == x}
+    reading_x = [s for s in launches if on_device.intersection(s.inputs)]
+    assert len(reading_x) > 0 and len(prepared) == len(launches) + len(reading_x) and len(made) == len(allocated)
+    session.close()
+    assert all(any(h is f for f in freed) for h in made)
+
+
+@needs_opencl
 def test_a_session_checks_its_inputs_and_keeps_them_after_a_bad_call():
     device = _fresh_device()
     c = _compiled([device])

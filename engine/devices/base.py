@@ -13,8 +13,10 @@ never lost), never a probe of its attributes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -198,7 +200,9 @@ class Device(ABC):
         """A new buffer of this pool holding ``array`` (contiguous, of the buffer's dtype)."""
 
     @abstractmethod
-    def download(self, handle: Any, buffer: Buffer) -> np.ndarray: ...
+    def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
+        """A new host array of ``handle``'s contents, the caller's to keep (never a view of the buffer, which a
+        ``Session`` writes again in its next run)."""
 
     @abstractmethod
     def free(self, handle: Any) -> None: ...
@@ -211,6 +215,12 @@ class Device(ABC):
         """Start ``compiled`` without timing it: a device with a queue returns before it ends (``finish`` and any
         later ``download`` wait for it), so untimed runs pay no per-launch wait; by default ``launch``."""
         self.launch(compiled, inputs, outputs)
+
+    def prepare(self, compiled: Compiled, inputs: list[Any], outputs: list[Any]) -> Callable[[], None]:
+        """A function that queues ``compiled`` on these buffers as ``launch_queued`` does, to call again and again
+        while the caller keeps the buffers (what a ``Session`` replays): a device whose launch has host work it
+        can do once (operand views, scratch memory, argument lists) does it here; by default none is."""
+        return functools.partial(self.launch_queued, compiled, list(inputs), list(outputs))
 
     def finish(self) -> None:  # noqa: B027 (a default that does nothing)
         """Wait until everything started by ``launch_queued`` has ended; by default nothing is left running."""

@@ -486,9 +486,21 @@ class CublasDevice(Device):
     def launch_queued(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> None:
         """Queue the kernel on the current stream and return: no hold, no events, no wait (a later download or
         ``finish`` waits; cupy's pool reuses a scratch buffer only after the stream's earlier work)."""
+        self.prepare(compiled, inputs, outputs)()
+
+    def prepare(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> Callable[[], None]:
+        """The kernel's calls built once (operand views, scratch buffers, grids), queued on the current stream by
+        each call of the function returned; its scratch lives as long as the function, and each replay reuses it
+        after the stream's earlier work, in order."""
         with self._cp.cuda.Device(self.index):
-            for call in self._calls(compiled, inputs, outputs):
-                call()
+            calls = self._calls(compiled, inputs, outputs)
+
+        def queue() -> None:
+            with self._cp.cuda.Device(self.index):
+                for call in calls:
+                    call()
+
+        return queue
 
     def finish(self) -> None:
         with self._cp.cuda.Device(self.index):
