@@ -1,25 +1,34 @@
-"""What a GPU->host copy costs when the caller keeps the result, by the path it takes (cupy on a CUDA GPU).
+"""What a GPU->host copy costs, by the path it takes (cupy on a CUDA GPU).
 
-    python benchmarks/download_paths.py        # on a machine with cupy and a CUDA GPU (see h200.sh for the set-up)
+    python benchmarks/download_paths.py [--dropped]   # on a machine with cupy and a CUDA GPU (h200.sh: the set-up)
 
-Per size, the median of 5 downloads of one device array, every result kept (as a plan's outputs are):
+Per size, the median of 5 downloads of one device array, every result kept (as a plan's outputs are; with
+``--dropped``, each result let go before the next, as a loop that consumes its outputs does):
 - fresh pinned: page-locked memory from cupy's pinned pool, one DMA into it (what the cuBLAS device did before);
 - staged + copy: one DMA into a reused pinned buffer, then a copy to a fresh numpy array;
 - pageable: ``cupy.asnumpy``;
 - reused pinned: one DMA into the same pinned buffer each time (the result not kept: what a round trip that drops
-  its result times, and so what the copy links measured before they kept every download).
+  its result times, and so what the copy links measured before they kept every download);
+- the cuBLAS device's ``download`` (``engine.devices.cuda_blas``): chunks staged through pinned memory, copied out on
+  threads.
 """
 
 from __future__ import annotations
 
 import functools
 import statistics
+import sys
 import time
 
 import cupy as cp
 import numpy as np
 
-SIZES_MIB = (1, 16, 64, 256)
+from engine.devices import cuda_blas
+from engine.kernel.ir import Buffer
+from engine.program.dtypes import DType
+
+SIZES_MIB = (1, 4, 16, 64, 256)
+DROPPED = "--dropped" in sys.argv[1:]
 
 
 def median_ms(fn, kept: list, repeats: int = 5) -> float:
@@ -27,7 +36,10 @@ def median_ms(fn, kept: list, repeats: int = 5) -> float:
     for _ in range(repeats):
         cp.cuda.Device(0).synchronize()
         start = time.perf_counter()
-        kept.append(fn())
+        result = fn()
+        if not DROPPED:
+            kept.append(result)
+        del result
         cp.cuda.Device(0).synchronize()
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
@@ -52,14 +64,19 @@ def reused_pinned(device, stage: np.ndarray) -> None:
 
 
 def main() -> None:
-    print("| size | fresh pinned | staged + copy | pageable | reused pinned (result dropped) |\n|---|---|---|---|---|")
+    ours = cuda_blas.discover()[0]
+    print(f"results {'dropped' if DROPPED else 'kept'}; median of 5, ms")
+    print("| size | fresh pinned | staged + copy | pageable | reused pinned (result dropped) | ours |\n"
+          "|---|---|---|---|---|---|")
     for mib in SIZES_MIB:
         n = (mib << 20) // 4
         device = cp.arange(n, dtype=cp.float32)
         stage = np.ndarray((n,), np.float32, buffer=cp.cuda.alloc_pinned_memory(n * 4))
         kept: list = []
+        download = functools.partial(ours.download, device, Buffer((n,), DType.F32))
         figures = [median_ms(functools.partial(path, device, stage), kept)
                    for path in (fresh_pinned, staged_copy, pageable, reused_pinned)]
+        figures.append(median_ms(download, kept))
         print(f"| {mib} MiB | " + " | ".join(f"{t:.2f} ms" for t in figures) + " |", flush=True)
         kept.clear()
         cp.get_default_pinned_memory_pool().free_all_blocks()

@@ -5,6 +5,7 @@
 #  bash benchmarks/h200.sh --variants [cuda_variants.py args...] every CUDA variant of some workloads' kernels;
 #  bash benchmarks/h200.sh --tests [pytest args...] the GPU tests;
 #  bash benchmarks/h200.sh --end-to-end [end_to_end.py args...] where a plan's end-to-end time goes, --gpu;
+#  bash benchmarks/h200.sh --downloads [--dropped] what each GPU->host copy path costs, download_paths.py;
 #  bash benchmarks/h200.sh --host-launch [SAMPLE ...] a host plan's native launch in each condition, host_launch.py)
 # Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24, graphviz (and tinygrad) in .wheels/ (carried).
 set -u
@@ -25,6 +26,9 @@ elif [ "${1:-}" = "--variants" ]; then
 elif [ "${1:-}" = "--end-to-end" ]; then
   shift
   python3 benchmarks/end_to_end.py --gpu "$@"
+elif [ "${1:-}" = "--downloads" ]; then
+  shift
+  python3 benchmarks/download_paths.py "$@"
 elif [ "${1:-}" = "--host-launch" ]; then
   shift
   python3 benchmarks/host_launch.py "$@"
