@@ -17,27 +17,15 @@ nvrtc=$(python3 -c 'import nvidia.cuda_nvrtc, os; print(os.path.dirname(nvidia.c
 export LD_LIBRARY_PATH=/usr/local/nvidia/lib64:${nvrtc:+$nvrtc/lib:}${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.mem --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, torch.cuda.is_available())'
-if [ "${1:-}" = "--calibration" ]; then
-  shift
-  python3 benchmarks/calibration.py --gpu "$@"
-elif [ "${1:-}" = "--variants" ]; then
-  shift
-  python3 benchmarks/cuda_variants.py "$@"
-elif [ "${1:-}" = "--end-to-end" ]; then
-  shift
-  python3 benchmarks/end_to_end.py --gpu "$@"
-elif [ "${1:-}" = "--downloads" ]; then
-  shift
-  python3 benchmarks/download_paths.py "$@"
-elif [ "${1:-}" = "--host-launch" ]; then
-  shift
-  python3 benchmarks/host_launch.py "$@"
-elif [ "${1:-}" = "--tests" ]; then
-  shift
-  python3 -m pytest --noconftest -q -p no:cacheprovider tests/test_cuda_blas.py tests/test_cuda_gemm.py "$@"
-elif [ "${1:-}" = "--sweep" ]; then
-  shift
-  python3 benchmarks/matmul_sweep.py "$@"
-else
-  python3 benchmarks/compare.py --gpu "$@"
-fi
+case "${1:-}" in
+  --calibration) run=(benchmarks/calibration.py --gpu) ;;
+  --variants) run=(benchmarks/cuda_variants.py) ;;
+  --end-to-end) run=(benchmarks/end_to_end.py --gpu) ;;
+  --downloads) run=(benchmarks/download_paths.py) ;;
+  --host-launch) run=(benchmarks/host_launch.py) ;;
+  --sweep) run=(benchmarks/matmul_sweep.py) ;;
+  --tests) run=(-m pytest --noconftest -q -p no:cacheprovider tests/test_cuda_blas.py tests/test_cuda_gemm.py) ;;
+  *) run=(benchmarks/compare.py --gpu); set -- "" "$@" ;;
+esac
+shift
+python3 "${run[@]}" "$@"
