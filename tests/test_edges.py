@@ -26,7 +26,7 @@ from engine.egraph import EGraph, Runner, check_semantics, from_program, rewrite
 from engine.egraph.pattern import P, Var
 from engine.errors import DTypeError, InputError, ShapeError
 from engine.pipeline import Options, compile_program, run, verify
-from engine.plan import execute
+from engine.plan import Session, execute
 from engine.program.reference import evaluate
 from engine.tuning import Budget
 
@@ -399,11 +399,15 @@ def test_edge_programs(case):
 @given(edge_programs())
 def test_edge_programs_planned_for_resident_inputs(case):
     """On OpenCL alone (every input uploaded), planned for inputs resident on the device and run through one
-    session, whose later runs reuse the uploads (empty and f16 inputs included), the plan agrees with numpy."""
+    session, whose later runs reuse the uploads (empty and f16 inputs included), the plan agrees with numpy; so do
+    an untimed session's runs, whose later ones replay the launches prepared in its first."""
     program, oracle, dtype = case
     c = compile_program(program, DEVICE_SETS["opencl"], Options(tune=False, tune_cache=False, resident_inputs=True))
     assert c.resident and c.verification.ok, c.verification
     assert_matches(c.execution.outputs["out"], oracle["out"], dtype)
+    with Session(c.plan, c.devices) as session:
+        for _ in range(3):
+            assert_matches(session.run(program.input_values()).outputs["out"], oracle["out"], dtype)
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
