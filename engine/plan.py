@@ -531,10 +531,10 @@ class Session:
 
     def _drop(self, name: str) -> None:
         """Free input ``name``'s device copies, and forget the launches prepared on them."""
-        for key in [k for k in self._held if k[0] == name]:
-            device, handle = self._held.pop(key)
-            self._launches = {k: (queue, handles) for k, (queue, handles) in self._launches.items()
-                              if not any(h is handle for h in handles)}
+        dropped = [self._held.pop(k) for k in [k for k in self._held if k[0] == name]]
+        self._launches = {k: (queue, handles) for k, (queue, handles) in self._launches.items()
+                          if not any(h is d for _, d in dropped for h in handles)}
+        for device, handle in dropped:
             with contextlib.suppress(Exception):  # a lost device's buffer is gone with it
                 device.free(handle)
 
