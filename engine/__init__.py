@@ -62,6 +62,7 @@ from engine.kernel.kernelize import Candidate, Kernelization
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.locate import Located, computed, locate, tensors_of
 from engine.pipeline import (
+    RESIDENT_NOTE,
     Compilation,
     Options,
     StageView,
@@ -91,7 +92,7 @@ from engine.timeline import Timeline, timeline
 from engine.tuning import FAILED, OK, WRONG, Budget, Progress, TuneResult
 
 __all__ = [
-    "CONGRUENCE", "DEFAULT_VARIANT", "EXTRACTORS", "FAILED", "FORMATS", "OK", "STAGES", "WRONG",
+    "CONGRUENCE", "DEFAULT_VARIANT", "EXTRACTORS", "FAILED", "FORMATS", "OK", "RESIDENT_NOTE", "STAGES", "WRONG",
     "Allocate", "Budget", "Candidate", "Choice", "ClassId", "Compilation", "Copy", "DType", "Delta", "Device",
     "EGraph", "ExecPlan", "Execution", "Explainer", "ExportOptions", "ExportResult", "Extraction", "ExtractionError",
     "ForeignEGraph", "ForeignResult", "Free", "GraphError", "Init", "KernelNode", "Kernelization", "Launch", "Limits",

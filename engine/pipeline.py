@@ -73,6 +73,10 @@ class Options:
             raise ValueError(f"extractor must be one of {', '.join(EXTRACTORS)}, not {self.extractor!r}")
 
 
+RESIDENT_NOTE = "for inputs resident on the devices (their uploads priced at nothing)"
+"""What a plan made under ``Options.resident_inputs`` is said to be for, in every view that shows one."""
+
+
 @dataclass(frozen=True)
 class OutputCheck:
     """One output compared with the reference interpreter."""

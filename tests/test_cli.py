@@ -177,7 +177,7 @@ def test_compile_prints_the_plan_and_its_coverage(capsys):
 def test_compile_for_resident_inputs_says_so(capsys):
     args = ["compile", str(sample_graphs.path("mlp.small")), "--no-tune", "--no-native", "--resident"]
     assert main(args) == 0
-    assert "plan for inputs resident on the devices (uploads priced at nothing): " in capsys.readouterr().out
+    assert "plan for inputs resident on the devices (their uploads priced at nothing): " in capsys.readouterr().out
     assert main([*args, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["resident_inputs"] is True and out["verified"] is True

@@ -15,7 +15,7 @@ from rich.progress import Progress as Bar
 from rich.progress import TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from engine import Program, Progress, compile_stages, summary, units
+from engine import RESIDENT_NOTE, Program, Progress, compile_stages, summary, units
 
 DESCRIPTION = ("Compile FILE for the devices found (tuning within the budget), run the plan, verify it against the "
                "reference and print the plan: each launch's device, variant, predicted (m: measured by the tuner, "
@@ -71,7 +71,7 @@ def _print(out: dict[str, Any], console: Console) -> None:
     budget = "" if out["budget_s"] is None else f" of a {units.seconds(out['budget_s'])} budget"
     first = ("" if out["first_run_s"] is None else f" (median of {units.plural(out['reruns'], 'rerun')}; "
                                                     f"first run {units.seconds(out['first_run_s'])})")
-    resident = " for inputs resident on the devices (uploads priced at nothing)" if out["resident_inputs"] else ""
+    resident = f" {RESIDENT_NOTE}" if out["resident_inputs"] else ""
     console.print(f"plan{resident}: {out['launches']} launches ({out['coverage']}), predicted {units.seconds(out['predicted_s'])},"
                   f" measured {units.seconds(out['measured_s'])}{first}; tuning {units.seconds(out['tune_s'])}{budget}"
                   + (" (stopped)" if out["tuning_cancelled"] else ""), highlight=False)

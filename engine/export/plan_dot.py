@@ -9,7 +9,7 @@ from engine import units
 from engine.export import view
 from engine.export.chosen import class_of, neighbourhood
 from engine.extract import Value
-from engine.pipeline import Compilation
+from engine.pipeline import RESIDENT_NOTE, Compilation
 from engine.plan import Allocate, Copy, Free, Launch
 
 
@@ -22,7 +22,7 @@ def plan_title(c: Compilation, executed: bool) -> str:
             f"{units.plural(kinds.count('Copy'), 'copy', 'copies')}), "
             f"predicted {units.seconds(plan.predicted)}, peak {units.nbytes(plan.peak_bytes)}")
     if c.resident:
-        text += ", for inputs resident on the devices (their uploads priced at nothing)"
+        text += f", {RESIDENT_NOTE}"
     if executed and c.execution is not None:
         text += f", measured {c.execution.describe()}"
     if executed and c.verification is not None:

@@ -298,7 +298,8 @@ class TestPlanPane:
             await compiled(pilot)
             await pilot.press("4")
             assert app.session.compilation.resident
-            assert "inputs resident: their uploads priced at nothing" in str(app.query_one("#plan-summary").render())
+            assert ("planned for inputs resident on the devices (their uploads priced at nothing), the runs reuse them"
+                    in str(app.query_one("#plan-summary").render()))
 
 
 class TestRewritesPane:

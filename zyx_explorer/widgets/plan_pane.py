@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from engine import ExecPlan, KernelNode, Launch, Stage
+from engine import RESIDENT_NOTE, ExecPlan, KernelNode, Launch, Stage
 from zyx_explorer import model
 from zyx_explorer.messages import ShowClass, ShowKernel
 from zyx_explorer.view import Memo, View
@@ -48,7 +48,7 @@ class PlanPane(Vertical):
                 f"; peak memory {model.bytes_text(plan.peak_bytes)}"
                 f"; measured {c.execution.describe() if measured and c.execution else '(not run)'}")
         if c.resident:
-            text += "; inputs resident: their uploads priced at nothing, the runs reuse them"
+            text += f"; planned {RESIDENT_NOTE}, the runs reuse them"
         if s.pins:
             run = s.whatif_run
             text += (f"; pinned: {', '.join(f'c{c}=n{n}' for c, n in s.pins.items())} (what-if: "
