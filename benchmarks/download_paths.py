@@ -2,7 +2,7 @@
 
     python benchmarks/download_paths.py [--dropped]   # on a machine with cupy and a CUDA GPU (h200.sh: the set-up)
 
-Per size, the median of 5 downloads of one device array, every result kept (as a plan's outputs are; with
+Per size, the median of 9 downloads of one device array, every result kept (as a plan's outputs are; with
 ``--dropped``, each result let go before the next, as a loop that consumes its outputs does):
 - fresh pinned: page-locked memory from cupy's pinned pool, one DMA into it (what the cuBLAS device did before);
 - staged + copy: one DMA into a reused pinned buffer, then a copy to a fresh numpy array;
@@ -10,7 +10,8 @@ Per size, the median of 5 downloads of one device array, every result kept (as a
 - reused pinned: one DMA into the same pinned buffer each time (the result not kept: what a round trip that drops
   its result times, and so what the copy links measured before they kept every download);
 - the cuBLAS device's ``download`` (``engine.devices.cuda_blas``): chunks staged through pinned memory, copied out on
-  threads.
+  threads; as it is, then with chunks of at least 1 MiB and at least 4 MiB (fewer thread hand-offs);
+- torch's ``.cpu()`` of a CUDA tensor of the same size (the peer's round trip ends with it).
 """
 
 from __future__ import annotations
@@ -22,16 +23,18 @@ import time
 
 import cupy as cp
 import numpy as np
+import torch
 
-from engine.devices import cuda_blas
+from engine.devices import cuda_blas, staging
 from engine.kernel.ir import Buffer
 from engine.program.dtypes import DType
 
 SIZES_MIB = (1, 4, 16, 64, 256)
+CHUNK_FLOORS = (staging.MIN_CHUNK, 1 << 20, 4 << 20)
 DROPPED = "--dropped" in sys.argv[1:]
 
 
-def median_ms(fn, kept: list, repeats: int = 5) -> float:
+def median_ms(fn, kept: list, repeats: int = 9) -> float:
     times = []
     for _ in range(repeats):
         cp.cuda.Device(0).synchronize()
@@ -63,11 +66,23 @@ def reused_pinned(device, stage: np.ndarray) -> None:
     device.get(out=stage)
 
 
+def with_chunk_floor(floor: int, download):
+    """``download`` run with staging chunks of at least ``floor`` bytes (the device's own setting put back after)."""
+    def run():
+        kept_floor, staging.MIN_CHUNK = staging.MIN_CHUNK, floor
+        try:
+            return download()
+        finally:
+            staging.MIN_CHUNK = kept_floor
+    return run
+
+
 def main() -> None:
     ours = cuda_blas.discover()[0]
-    print(f"results {'dropped' if DROPPED else 'kept'}; median of 5, ms")
-    print("| size | fresh pinned | staged + copy | pageable | reused pinned (result dropped) | ours |\n"
-          "|---|---|---|---|---|---|")
+    print(f"results {'dropped' if DROPPED else 'kept'}; median of 9, ms")
+    floors = " | ".join(f"ours, chunks >= {f >> 10} KiB" for f in CHUNK_FLOORS)
+    print(f"| size | fresh pinned | staged + copy | pageable | reused pinned (result dropped) | {floors} | torch .cpu() |\n"
+          "|---|---|---|---|---|" + "---|" * len(CHUNK_FLOORS) + "---|")
     for mib in SIZES_MIB:
         n = (mib << 20) // 4
         device = cp.arange(n, dtype=cp.float32)
@@ -76,7 +91,8 @@ def main() -> None:
         download = functools.partial(ours.download, device, Buffer((n,), DType.F32))
         figures = [median_ms(functools.partial(path, device, stage), kept)
                    for path in (fresh_pinned, staged_copy, pageable, reused_pinned)]
-        figures.append(median_ms(download, kept))
+        figures += [median_ms(with_chunk_floor(f, download), kept) for f in CHUNK_FLOORS]
+        figures.append(median_ms(torch.arange(n, dtype=torch.float32, device="cuda").cpu, kept))
         print(f"| {mib} MiB | " + " | ".join(f"{t:.2f} ms" for t in figures) + " |", flush=True)
         kept.clear()
         cp.get_default_pinned_memory_pool().free_all_blocks()
