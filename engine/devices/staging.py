@@ -19,9 +19,9 @@ import numpy as np
 CHUNK = 4 << 20
 """The most bytes per chunk: large enough that a chunk's thread hand-off and DMA launch are a small part of it,
 small enough that the first DMA starts early."""
-MIN_CHUNK = 256 << 10
-"""The fewest bytes per chunk (but for the last): a copy of a few MiB is still cut in a few chunks per thread, so
-that its host leg runs on every thread, not on one."""
+MIN_CHUNK = 1 << 20
+"""The fewest bytes per chunk (but for the last): a chunk's thread hand-off must cost little beside its copy, so a
+copy of 1 MiB or less runs on the caller's thread, and one of a few MiB on a few threads."""
 THREADS = max(1, min(4, os.cpu_count() or 1))
 """Threads copying chunks at once (host memory bandwidth is shared; a few threads fill it)."""
 
