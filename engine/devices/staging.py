@@ -4,8 +4,9 @@ comparison of host arrays.
 A copy from a pageable numpy array to a device through pinned memory has two legs: a host copy into the
 page-locked buffer, then the device's DMA from it (and the reverse for a download).  Cut into chunks, the DMA of one
 chunk runs while the host copies the next, and the host copies run on a few threads (numpy drops the GIL for a
-large copy), so the pair costs little more than its slower leg.  Arrays of one chunk are copied on the caller's
-thread: a thread hand-off costs more than their copy.
+large copy), so the pair costs little more than its slower leg.  The caller's thread copies a chunk too (it is
+awake, where a thread must first be woken), and arrays of one chunk are copied on it alone: a thread hand-off costs
+more than their copy.
 """
 
 from __future__ import annotations
@@ -63,9 +64,12 @@ def copy_in(dst: np.ndarray, src: np.ndarray, then: Callable[[int, int], None], 
             then(a, b)
         return
     pool = _threads()
-    futures = [pool.submit(_copy, dst[a:b], src[a:b]) for a, b in parts]
+    futures = [pool.submit(_copy, dst[a:b], src[a:b]) for a, b in parts[1:]]
     try:
-        for (a, b), f in zip(parts, futures):
+        a, b = parts[0]
+        _copy(dst[a:b], src[a:b])  # the caller is awake: its chunk lands before a thread's would
+        then(a, b)
+        for (a, b), f in zip(parts[1:], futures):
             f.result()
             then(a, b)
     finally:
@@ -85,9 +89,12 @@ def copy_out(dst: np.ndarray, src: np.ndarray, parts: list[tuple[int, int]], lan
     pool = _threads()
     futures: list[Future] = []
     try:
-        for i, (a, b) in enumerate(parts):
+        for i, (a, b) in enumerate(parts[:-1]):
             landed(i)
             futures.append(pool.submit(_copy, dst[a:b], src[a:b]))
+        a, b = parts[-1]
+        landed(len(parts) - 1)
+        _copy(dst[a:b], src[a:b])  # the caller copies the last chunk while the threads wake
     finally:
         _wait(futures)
 
