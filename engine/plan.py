@@ -284,20 +284,39 @@ def execute(plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.n
     Raises InputError (before any step) when an input array is missing or of the wrong shape or dtype, and
     StepError when a step fails (after freeing the device buffers it holds).
     """
-    run = _Run(plan, devices, check_inputs(_declared(plan), inputs), timed)
+    run = _Run(_Layout(plan, devices), check_inputs(_declared(plan), inputs), timed)
     _compile_all(plan, devices)
     return run.all()
+
+
+class _Layout:
+    """What the runs of one plan on one set of devices look up: found once per ``execute``, once per ``Session``
+    (its runs repeat none of these scans over the steps)."""
+
+    def __init__(self, plan: ExecPlan, devices: Sequence[Device]) -> None:
+        self.plan = plan
+        self.by_name = {d.name: d for d in devices}
+        self.by_pool = {d.pool: d for d in devices if d.pool != HOST}
+        self.copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
+        self.input_of = {s.value: s.input for s in plan.steps if isinstance(s, Allocate) and s.input}
+        self.shapes = {name: _shape(plan, v) for name, v in plan.outputs.items()}
+        """Each output's shape, by output name."""
+        pools = {v[1] for s in plan.steps if isinstance(s, Copy) for v in (s.source, s.target)} - {HOST}
+        launching = {s.device for s in plan.launches()}
+        self.used = [d for d in devices if d.pool in pools or d.name in launching]
+        """The devices some step of the plan runs on (what a run of queued launches waits for at its end)."""
 
 
 class _Run:
     """The state of one execution: live buffers by value, kernels compiled so far, the session whose resident
     inputs it reads (if any)."""
 
-    def __init__(self, plan: ExecPlan, devices: Sequence[Device], inputs: Mapping[str, np.ndarray], timed: bool,
+    def __init__(self, layout: _Layout, inputs: Mapping[str, np.ndarray], timed: bool,
                  session: Session | None = None) -> None:
-        self.plan = plan
-        self.by_name = {d.name: d for d in devices}
-        self.by_pool = {d.pool: d for d in devices if d.pool != HOST}
+        self.layout = layout
+        self.plan = layout.plan
+        self.by_name, self.by_pool = layout.by_name, layout.by_pool
+        self.copied, self.input_of = layout.copied, layout.input_of
         self.inputs = inputs
         self.timed = timed
         self.session = session
@@ -305,8 +324,6 @@ class _Run:
         self.borrowed: set[Value] = set()
         """Values whose device buffer is the session's (a resident input, a kept buffer): never freed by this run."""
         self.compiled: dict[tuple[str, str, Variant], Any] = {} if session is None else session._compiled
-        self.copied = {s.target for s in plan.steps if isinstance(s, Copy)}  # their Copy makes the buffer
-        self.input_of = {s.value: s.input for s in plan.steps if isinstance(s, Allocate) and s.input}
 
     def all(self) -> Execution:
         """Run every step; the outputs and the times (StepError when one fails, its buffers freed)."""
@@ -320,9 +337,10 @@ class _Run:
                 self.release()
                 raise StepError(index, step, _step_device(step, self.by_pool), e) from e
         if not self.timed:
-            for device in self.by_name.values():
+            for device in self.layout.used:
                 device.finish()
-        outputs = {name: np.asarray(self.handles[v]).reshape(_shape(plan, v)) for name, v in plan.outputs.items()}
+        shapes = self.layout.shapes
+        outputs = {name: np.asarray(self.handles[v]).reshape(shapes[name]) for name, v in plan.outputs.items()}
         if self.session is not None and self.session.reuse_outputs:
             self.session._host.update((v, self.handles[v]) for v in plan.outputs.values() if self._own(v))
         return Execution(outputs, tuple(times), time.perf_counter() - start, self.timed)
@@ -451,6 +469,7 @@ class Session:
         """Launches prepared on the session's buffers (``Device.prepare``), replayed by later runs, with the buffers
         they were prepared on, by the ``id`` of their step (the plan holds the steps: their ids stay theirs)."""
         self.closed = False
+        self._layout = _Layout(plan, self.devices)
         _compile_all(plan, self.devices)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> Execution:
@@ -460,7 +479,7 @@ class Session:
             raise RuntimeError("the session is closed")
         checked = check_inputs(self._declared, inputs)
         self._fresh = set()
-        return _Run(self.plan, self.devices, checked, self.timed, self).all()
+        return _Run(self._layout, checked, self.timed, self).all()
 
     def put(self, name: str, array: np.ndarray) -> np.ndarray:
         """Upload ``array`` as input ``name`` to every pool the plan copies it to, now, and return a read-only

@@ -22,7 +22,7 @@ class DType(Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return np.dtype(_NUMPY[self])
+        return _NUMPY[self]
 
     @property
     def is_float(self) -> bool:
@@ -67,12 +67,12 @@ class DType(Enum):
 
 
 _NUMPY = {
-    DType.BOOL: "bool",
-    DType.I32: "int32",
-    DType.I64: "int64",
-    DType.F16: "float16",
-    DType.F32: "float32",
-    DType.F64: "float64",
+    DType.BOOL: np.dtype("bool"),
+    DType.I32: np.dtype("int32"),
+    DType.I64: np.dtype("int64"),
+    DType.F16: np.dtype("float16"),
+    DType.F32: np.dtype("float32"),
+    DType.F64: np.dtype("float64"),
 }
 
 _TOLERANCE = {
