@@ -41,9 +41,10 @@ REPEATS = 5
 LARGE_REPEATS = 3
 """Repeats at 64 MiB and above: kept sources of that size are costly in memory, and 3 suffice at that size."""
 DIRECTIONS = ("up", "down")
-FORMAT = 4
-"""The layout of ``links.json``: 3 keeps each direction's measured sizes, 4 its uploads timed with the path awake
-(a file of an older layout is measured again, silently)."""
+FORMAT = 5
+"""The layout of ``links.json``: 3 keeps each direction's measured sizes, 4 its uploads timed with the path awake,
+5 copies staged in larger chunks, one of them on the caller's thread (a file of an older layout is measured again,
+silently)."""
 
 
 def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> PoolLink:
