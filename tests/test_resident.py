@@ -9,6 +9,7 @@ import pytest
 
 from engine import Init, Tensor, from_tensors
 from engine.devices import staging
+from engine.devices.numpy_device import NumpyDevice
 from engine.devices.opencl import OpenCLDevice, discover
 from engine.errors import InputError
 from engine.extract import Pins
@@ -82,6 +83,29 @@ def test_queued_launches_give_the_outputs_of_timed_ones():
     assert _equal(timed.outputs, queued.outputs) and timed.timed and not queued.timed
     assert all(t == 0 for s, t in zip(c.plan.steps, queued.step_times) if isinstance(s, Launch))
     assert queued.wall > 0 and any(t > 0 for s, t in zip(c.plan.steps, timed.step_times) if isinstance(s, Launch))
+
+
+@needs_opencl
+def test_a_queued_run_waits_only_for_the_devices_its_steps_use(monkeypatch):
+    device, idle = _fresh_device(), NumpyDevice()
+    c = _compiled([device])
+    waits = {device.name: 0, idle.name: 0}
+
+    def count_waits(d):
+        finish = d.finish
+
+        def counted() -> None:
+            waits[d.name] += 1
+            finish()
+        monkeypatch.setattr(d, "finish", counted)
+
+    count_waits(device)
+    count_waits(idle)
+    queued = execute(c.plan, [device, idle], _inputs(c), timed=False)
+    with Session(c.plan, [device, idle]) as session:
+        again = session.run(_inputs(c))
+    assert waits == {device.name: 2, idle.name: 0}
+    assert _equal(queued.outputs, again.outputs)
 
 
 @needs_opencl
