@@ -4,12 +4,16 @@ running a plan again, to compare two trees of the engine on one machine.
     python benchmarks/put_runs.py [SAMPLE ...]                             # this tree
     PYTHONPATH=/path/to/other/tree python benchmarks/put_runs.py [SAMPLE ...]  # another tree's engine
 
-Per sample, the median over 7 rounds of the mean wall time of 100 runs (after 20 warm-up runs); the plan is
-compiled for resident inputs with a token tuning budget (the kernels are the same in both trees).
+Per sample, the median over 7 rounds of the mean wall time of 100 runs (after 20 warm-up runs), and the Python
+function calls one run makes (counted by cProfile over 100 more runs: a figure the machine's noise does not move,
+where a shared machine's times do); the plan is compiled for resident inputs with a token tuning budget (the
+kernels are the same in both trees).
 """
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 import statistics
 import sys
 import time
@@ -41,7 +45,14 @@ def main() -> None:
                 for _ in range(100):
                     session.run(frozen)
                 rounds.append((time.perf_counter() - start) / 100)
-        print(f"{name}: {len(plan.steps)} steps, put run {statistics.median(rounds) * 1e3:.3f} ms", flush=True)
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(100):
+                session.run(frozen)
+            profiler.disable()
+        calls = pstats.Stats(profiler).total_calls / 100  # type: ignore[attr-defined]
+        print(f"{name}: {len(plan.steps)} steps, put run {statistics.median(rounds) * 1e3:.3f} ms, "
+              f"{calls:.0f} Python calls", flush=True)
 
 
 if __name__ == "__main__":

@@ -100,7 +100,8 @@ def test_the_reference_checks_its_inputs_too():
 
 @pytest.mark.parametrize("kind", [k for k in ("native", "opencl") if k in DEVICE_SETS])
 def test_kernels_refuse_buffers_shorter_than_declared(kind):
-    """Defence in depth below the entry checks: a launch never hands a kernel a short buffer."""
+    """Defence in depth below the entry checks: a launch, queued, timed or prepared for replay, never hands a
+    kernel a short buffer."""
     (device,) = DEVICE_SETS[kind]
     x = Tensor.input("x", (64,))
     c = compile_program(from_tensors([(x * 2).named("y")]), [device], PREDICTED)
@@ -111,6 +112,10 @@ def test_kernels_refuse_buffers_shorter_than_declared(kind):
         short, out = device.upload(short), device.upload(out)
     with pytest.raises(ValueError, match="buffer"):
         device.launch(compiled, [short], [out])
+    with pytest.raises(ValueError, match="buffer"):
+        device.launch_queued(compiled, [short], [out])
+    with pytest.raises(ValueError, match="buffer"):
+        device.prepare(compiled, [short], [out])()
 
 
 # -- 2. empty tensors ---------------------------------------------------------------------------------------

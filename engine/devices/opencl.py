@@ -29,6 +29,7 @@ on it raises DeviceLostError at once, and the tuner and planner stop using it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -410,22 +411,39 @@ class OpenCLDevice(Device):
         """Enqueue ``compiled`` and return: the queue is in order, so a later copy or ``finish`` waits for it."""
         self._enqueue(compiled, inputs, outputs)
 
+    def prepare(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> Callable[[], None]:
+        """``launch_queued`` with the buffers' sizes checked once: each call sets the arguments (a kernel object
+        may serve two launches of one plan) and enqueues."""
+        if not self._fits(compiled, inputs, outputs):
+            return lambda: None
+        return functools.partial(self._submit, compiled, (*inputs, *outputs))
+
     def finish(self) -> None:
         with self._guard("launch"):
             self.queue.finish()
 
     def _enqueue(self, compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> Any:
         """The event of ``compiled`` enqueued on its buffers (None for an empty shape: nothing to run)."""
+        return self._submit(compiled, (*inputs, *outputs)) if self._fits(compiled, inputs, outputs) else None
+
+    @staticmethod
+    def _fits(compiled: OpenCLKernel, inputs: list[Any], outputs: list[Any]) -> bool:
+        """Whether ``compiled`` has work on these buffers (False for an empty shape); a ValueError for a buffer
+        smaller than its declared shape (the kernel indexes by the declared shapes: never let it past an end)."""
         kernel = compiled.kernel
         assert len(inputs) == len(kernel.inputs) and len(outputs) == len(kernel.outputs)
         if kernel.numel == 0:
-            return None
+            return False
         for buffer, b in zip([*inputs, *outputs], [*kernel.inputs, *kernel.output_types]):
-            if buffer.size < b.nbytes:  # the kernel indexes by the declared shapes: never let it past an end
+            if buffer.size < b.nbytes:
                 raise ValueError(f"{kernel.name}: a buffer of {buffer.size} bytes where {b} ({b.nbytes} bytes) is declared")
+        return True
+
+    def _submit(self, compiled: OpenCLKernel, buffers: tuple[Any, ...]) -> Any:
+        """The event of ``compiled`` enqueued on ``buffers`` (inputs, then outputs), already checked by ``_fits``."""
         size, local = compiled.size
         with self._guard("launch", compiled):
-            compiled.function.set_args(*inputs, *outputs)
+            compiled.function.set_args(*buffers)
             return cl.enqueue_nd_range_kernel(self.queue, compiled.function, (size,), None if local is None else (local,))
 
     def estimate(self, kernel: Kernel) -> float:
