@@ -6,8 +6,8 @@ running a plan again, to compare two trees of the engine on one machine.
 
 Per sample, the median over 7 rounds of the mean wall time of 100 runs (after 20 warm-up runs), and the Python
 function calls one run makes (counted by cProfile over 100 more runs: a figure the machine's noise does not move,
-where a shared machine's times do); the plan is compiled for resident inputs with a token tuning budget (the
-kernels are the same in both trees).
+where a shared machine's times do). The plan is compiled for resident inputs with a token tuning budget, so two
+compilations may still pick different plans: compare rows of the same step count.
 """
 
 from __future__ import annotations
