@@ -488,15 +488,12 @@ class Session:
             raise RuntimeError("the session is closed")
         (checked,) = check_inputs({name: self._declared[name]}, {name: array}).values()
         self._renew(name, checked)
+        layout = self._layout
         pools = {s.target[1] for s in self.plan.steps
-                 if isinstance(s, Copy) and s.target[1] != HOST and self._input(s.source) == name}
-        by_pool = {d.pool: d for d in self.devices}
+                 if isinstance(s, Copy) and s.target[1] != HOST and layout.input_of.get(s.source) == name}
         for pool in sorted(pools):
-            self._upload(name, checked, by_pool[pool])
+            self._upload(name, checked, layout.by_pool[pool])
         return self._given[name]
-
-    def _input(self, value: Value) -> str | None:
-        return next((s.input for s in self.plan.steps if isinstance(s, Allocate) and s.value == value), None)
 
     def _renew(self, name: str, array: np.ndarray) -> None:
         """Drop input ``name``'s device copies and take a new snapshot of ``array`` (and its read-only view)."""
