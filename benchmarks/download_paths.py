@@ -9,9 +9,10 @@ Per size, the median of 21 downloads of one device array, every result kept (as 
 - pageable: ``cupy.asnumpy``;
 - reused pinned: one DMA into the same pinned buffer each time (the result not kept: what a round trip that drops
   its result times, and so what the copy links measured before they kept every download);
-- the cuBLAS device's ``download`` (``engine.devices.cuda_blas``): chunks staged through pinned memory, copied out on
-  threads, with chunks of at least 256 KiB (its floor before 2026-12-07), 1 MiB (its floor since) and 4 MiB, and on
-  the caller's thread alone (no hand-offs);
+- the cuBLAS device's ``download`` (``engine.devices.cuda_blas``) as it is: one DMA into a pinned block lent as
+  the result while one is free (results dropped; kept, a few are made, then it stages);
+- the same with no blocks to lend: chunks staged through pinned memory and copied out on threads (what it did
+  before 2026-12-07 19:00 UTC, and does while a caller keeps every block lent);
 - torch's ``.cpu()`` of a CUDA tensor of the same size (the peer's round trip ends with it).
 """
 
@@ -31,8 +32,6 @@ from engine.kernel.ir import Buffer
 from engine.program.dtypes import DType
 
 SIZES_MIB = (1, 4, 16, 64, 256)
-SETTINGS = ((staging.THREADS, 256 << 10), (staging.THREADS, 1 << 20), (staging.THREADS, 4 << 20), (1, 0))
-"""(copying threads, fewest bytes per chunk) of the cuBLAS device's download columns."""
 DROPPED = "--dropped" in sys.argv[1:]
 """Whether each result is let go before the next (otherwise kept until the path's last run)."""
 
@@ -70,24 +69,22 @@ def reused_pinned(device, stage: np.ndarray) -> None:
     device.get(out=stage)
 
 
-def with_staging(threads: int, floor: int, download):
-    """``download`` run with ``threads`` copying threads and chunks of at least ``floor`` bytes (the device's own
-    settings put back after)."""
+def staged(ours: cuda_blas.CublasDevice, download):
+    """``download`` run with no pinned block to lend (the device's blocks put back after)."""
     def run():
-        kept, (staging.THREADS, staging.MIN_CHUNK) = (staging.THREADS, staging.MIN_CHUNK), (threads, floor)
+        kept, ours._blocks = ours._blocks, staging.Blocks(lambda size: None)
         try:
             return download()
         finally:
-            staging.THREADS, staging.MIN_CHUNK = kept
+            ours._blocks = kept
     return run
 
 
 def main() -> None:
     ours = cuda_blas.discover()[0]
     print(f"results {'dropped' if DROPPED else 'kept'}; median of 21, ms")
-    floors = " | ".join(f"ours, {t} threads, chunks >= {f >> 10} KiB" for t, f in SETTINGS)
-    print(f"| size | fresh pinned | staged + copy | pageable | reused pinned (result dropped) | {floors} | torch .cpu() |\n"
-          "|---|---|---|---|---|" + "---|" * len(SETTINGS) + "---|")
+    print("| size | fresh pinned | staged + copy | pageable | reused pinned (result dropped) | ours | ours, staged "
+          "| torch .cpu() |\n|---|---|---|---|---|---|---|---|")
     for mib in SIZES_MIB:
         n = (mib << 20) // 4
         device = cp.arange(n, dtype=cp.float32)
@@ -95,7 +92,7 @@ def main() -> None:
         download = functools.partial(ours.download, device, Buffer((n,), DType.F32))
         figures = [median_ms(functools.partial(path, device, stage))
                    for path in (fresh_pinned, staged_copy, pageable, reused_pinned)]
-        figures += [median_ms(with_staging(t, f, download)) for t, f in SETTINGS]
+        figures += [median_ms(download), median_ms(staged(ours, download))]
         figures.append(median_ms(torch.arange(n, dtype=torch.float32, device="cuda").cpu))
         print(f"| {mib} MiB | " + " | ".join(f"{t:.2f} ms" for t in figures) + " |", flush=True)
         cp.get_default_pinned_memory_pool().free_all_blocks()

@@ -6,7 +6,8 @@ Per size, the median of 21 uploads of one host array (each device copy let go be
 fresh run frees its inputs):
 - pageable: ``cupy.asarray``, the driver's own staging;
 - the cuBLAS device's ``upload`` (``engine.devices.cuda_blas``): chunks copied into pinned memory on threads, each
-  chunk's DMA queued as it lands, with the staging settings of ``download_paths.py``;
+  chunk's DMA queued as it lands, with several staging settings: the copying threads, and the fewest bytes per
+  chunk (256 KiB was the floor before 2026-12-07, 1 MiB since);
 - torch's ``.cuda()`` of a CPU tensor over the same array (the peer's round trip starts with it).
 """
 
@@ -17,9 +18,24 @@ import functools
 import cupy as cp
 import numpy as np
 import torch
-from download_paths import SETTINGS, SIZES_MIB, median_ms, with_staging
+from download_paths import SIZES_MIB, median_ms
 
-from engine.devices import cuda_blas
+from engine.devices import cuda_blas, staging
+
+SETTINGS = ((staging.THREADS, 256 << 10), (staging.THREADS, 1 << 20), (staging.THREADS, 4 << 20), (1, 0))
+"""(copying threads, fewest bytes per chunk) of the cuBLAS device's upload columns."""
+
+
+def with_staging(threads: int, floor: int, copy):
+    """``copy`` run with ``threads`` copying threads and chunks of at least ``floor`` bytes (the device's own
+    settings put back after)."""
+    def run():
+        kept, (staging.THREADS, staging.MIN_CHUNK) = (staging.THREADS, staging.MIN_CHUNK), (threads, floor)
+        try:
+            return copy()
+        finally:
+            staging.THREADS, staging.MIN_CHUNK = kept
+    return run
 
 
 def main() -> None:

@@ -439,11 +439,17 @@ def test_copies_stage_through_pinned_memory_in_chunks_or_fall_back_and_a_session
     device = _HostCublas(_numpy_as_pinned_cupy(refuse), 0, "fake", Link.line(0.0, 1e30))
     _Gpu.streams = []
     data = np.arange(1000, dtype=np.float32)  # 4000 bytes: 8 chunks
-    back = device.download(device.upload(data), Buffer(data.shape, DType.F32))
+    handle, buffer = device.upload(data), Buffer(data.shape, DType.F32)
+    back = device.download(handle, buffer)
     assert np.array_equal(back, data) and device.copies == ("pageable" if refuse else "pinned")
     if not refuse:
-        assert len(_Gpu.streams) == 8 + 8 and all(s is not None for s in _Gpu.streams)  # 8 chunks each way
-        assert device._stage.size == 1 << 20 and not np.shares_memory(back, device._stage)  # a fresh output
+        assert len(_Gpu.streams) == 8 + 1 and all(s is not None for s in _Gpu.streams)  # 8 chunks up, 1 DMA down
+        held = [device.download(handle, buffer) for _ in range(staging.Blocks.PER_SIZE - 1)]  # every block lent
+        _Gpu.streams = []
+        staged = device.download(handle, buffer)
+        assert len(_Gpu.streams) == 8 and np.array_equal(staged, data)  # 8 chunks through the staging buffer
+        assert device._stage.size == 1 << 20 and not np.shares_memory(staged, device._stage)  # a fresh output
+        assert len({a.ctypes.data for a in (back, *held, staged)}) == len(held) + 2
     c = compile_program(_program("plain"), [NumpyDevice(), device], Options(tune=False, tune_cache=False,
                                                                               execute=False))
     assert any(s.device == device.name for s in c.plan.launches())

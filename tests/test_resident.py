@@ -4,6 +4,8 @@ on PoCL, freed OpenCL buffers kept for reuse, and compilations planned for resid
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,83 @@ def test_chunked_copies_and_comparisons_move_every_byte(nbytes):
         back[-1] ^= 1  # the last byte of the last chunk
         assert not staging.same_bytes(src, back)
     assert not staging.same_bytes(src, np.zeros(nbytes + 1, np.uint8))
+
+
+def _lent(array: np.ndarray) -> bool:
+    """Whether ``array`` is a view of a block lent by ``staging.Blocks``."""
+    while isinstance(array, np.ndarray):
+        array = array.base
+    return isinstance(array, staging.Lease)
+
+
+def test_lent_blocks_come_back_only_when_every_view_of_their_array_is_gone():
+    made: list[np.ndarray] = []
+
+    def allocate(size: int) -> np.ndarray:
+        made.append(np.zeros(size, np.uint8))
+        return made[-1]
+
+    blocks = staging.Blocks(allocate)
+    first = blocks.take(12)
+    first.bytes[:] = np.arange(12, dtype=np.uint8)
+    a = first.array((3,), np.dtype(np.float32))
+    del first
+    assert a.base is not None and a.flags.writeable and np.array_equal(a.view(np.uint8), np.arange(12))
+    view = a[1:]
+    second = blocks.take(5)  # the first block is still lent: a second is made
+    assert second is not None and len(made) == 2
+    extra = [blocks.take(5) for _ in range(staging.Blocks.PER_SIZE - 2)]
+    assert blocks.take(5) is None and len(made) == staging.Blocks.PER_SIZE  # so many per size, no more
+    del a
+    assert blocks.take(5) is None  # a view of the first block's array is still alive
+    del view, second, extra
+    back = [blocks.take(1 << 20) for _ in made]
+    assert {id(lease._block) for lease in back} == {id(m) for m in made}  # all came back
+    assert blocks.take((1 << 20) + 1) is not None and len(made) == staging.Blocks.PER_SIZE + 1  # its own size
+
+
+def test_blocks_stay_within_their_limit_and_a_refused_allocation_takes_none(monkeypatch):
+    monkeypatch.setattr(staging.Blocks, "LIMIT", 3 << 20)
+    refuse = [True]
+    blocks = staging.Blocks(lambda size: None if refuse[0] else np.zeros(size, np.uint8))
+    assert blocks.take(100) is None
+    refuse[0] = False
+    held = [blocks.take(2 << 20), blocks.take(1 << 20)]  # 3 MiB in all: the limit
+    assert all(held) and blocks.take(1 << 20) is None and blocks.take(100) is None
+
+
+@needs_opencl
+def test_a_pinned_pocl_download_lends_a_block_never_overwritten_while_its_array_lives():
+    device = _fresh_device(pinned=True)
+    buffer = Buffer((300,), DType.F32)
+    count = staging.Blocks.PER_SIZE
+    handles = [device.upload(np.full(300, float(i), np.float32)) for i in range(count + 2)]
+    lent = [device.download(h, buffer) for h in handles[:count]]
+    assert all(_lent(a) for a in lent)
+    fresh = device.download(handles[count], buffer)  # every block of this size is held: staged into a new array
+    assert not _lent(fresh)
+    assert [a[0] for a in (*lent, fresh)] == [float(i) for i in range(count + 1)]
+    address = lent[0].ctypes.data
+    del lent[0]
+    again = device.download(handles[-1], buffer)
+    assert again.ctypes.data == address and np.all(again == count + 1.0)
+    assert [a[0] for a in lent] == [float(i) for i in range(1, count)]
+
+
+@needs_opencl
+def test_a_sessions_outputs_from_lent_blocks_survive_the_next_run():
+    device = _fresh_device(pinned=True)
+    c = _compiled([device])
+    inputs = _inputs(c)
+    with Session(c.plan, [device]) as session:
+        runs = [session.run(inputs).outputs]
+        for _ in range(staging.Blocks.PER_SIZE):
+            inputs["x"] += 1.0
+            runs.append(session.run(inputs).outputs)
+            assert _equal(runs[-1], execute(c.plan, [device], inputs).outputs)
+    assert all(_lent(a) for a in runs[0].values())
+    for earlier, later in itertools.pairwise(runs):
+        assert not any(np.array_equal(earlier[k], later[k]) for k in earlier)
 
 
 @needs_opencl

@@ -9,7 +9,8 @@ that source alone.  Buffers are flat cupy arrays in the pool ``cuda:<index>``.
 Copies go through a page-locked staging buffer from cupy's pinned pool, in
 chunks (``engine.devices.staging``): an upload copies the numpy array into it,
 each chunk's DMA queued as it lands; a download queues every chunk's DMA into it
-and copies each chunk out to a fresh numpy array as it lands.  Where the runtime gives no pinned memory, copies go
+and copies each chunk out to a fresh numpy array as it lands, or, where a pinned block is free, its DMA lands in that
+block, lent as the result (``staging.Blocks``).  Where the runtime gives no pinned memory, copies go
 from and to pageable arrays (``cupy.asarray``, ``cupy.asnumpy``).  What copies
 cost is measured by ``engine.tuning.links`` like any pool's, keyed by the path
 they take (``transfer_estimate`` is the nominal figure used before that).  A
@@ -238,6 +239,8 @@ class CublasDevice(Device):
         self.pinned = pinned
         """Whether copies go through pinned memory (it turns False, for good, where the runtime gives none)."""
         self._stage: np.ndarray | None = None
+        self._blocks = staging.Blocks(self._pinned)
+        """Pinned blocks lent as downloads' arrays."""
         self._grids: dict[tuple[str, Variant], tuple[int, int]] = {}
 
     @property
@@ -374,18 +377,23 @@ class CublasDevice(Device):
             return out
 
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
-        """``handle`` as a fresh host array (after the launches queued before it, on the same stream): each chunk's
-        DMA lands in the pinned staging buffer and is copied out on the copying threads.  A fresh pinned array per
-        download would page-lock new memory every time, which costs several times the copy: the caller keeps the
-        result, so the pool cannot hand the same block back."""
+        """``handle`` as a host array (after the launches queued before it, on the same stream).  Its DMA lands
+        in a pinned block lent as the array itself where one is free (``staging.Blocks``); else each chunk's DMA
+        lands in the pinned staging buffer and is copied out to a fresh array on the copying threads.  A fresh
+        pinned array per download would page-lock new memory every time, which costs several times the copy."""
         dtype = np.dtype(buffer.dtype.numpy)
         if buffer.nbytes and handle.dtype == dtype and handle.size == buffer.numel:
             with self._cp.cuda.Device(self.index):
-                stage = self._staging(buffer.nbytes)
-                if stage is not None:
-                    out = np.empty(buffer.shape, dtype)
+                lease = self._blocks.take(buffer.nbytes)
+                stage = self._staging(buffer.nbytes) if lease is None else None
+                if lease is not None or stage is not None:
                     raw = handle.view(np.uint8)
                     stream = self._cp.cuda.get_current_stream()
+                if lease is not None:
+                    raw.get(stream=stream, out=lease.bytes, blocking=True)
+                    return lease.array(buffer.shape, dtype)
+                if stage is not None:
+                    out = np.empty(buffer.shape, dtype)
                     parts = staging.spans(buffer.nbytes)
                     landed = []
                     for a, b in parts:

@@ -10,7 +10,8 @@ profiled device time.
 Copies to and from a device whose memory is not the host's (a discrete GPU) go
 through a pinned staging buffer: one ``ALLOC_HOST_PTR`` buffer per device, mapped
 once, grown to the largest copy, in chunks so that the DMA overlaps the host's copy
-(``engine.devices.staging``).  Where the runtime cannot make or map one, copies
+(``engine.devices.staging``); a download reads straight into a pinned block lent as its result, where one is free
+(``staging.Blocks``).  Where the runtime cannot make or map one, copies
 quietly go from and to the numpy arrays as before; a device whose memory is the
 host's (PoCL on the CPU) copies directly by default, since staging would only add
 a host copy (``pinned=True`` forces staging there, as tests do).
@@ -164,6 +165,9 @@ class OpenCLDevice(Device):
         """Whether copies go through the pinned staging buffer (it turns False, for good, where the runtime cannot
         make one)."""
         self._stage: tuple[Any, np.ndarray] | None = None
+        self._block_buffers: list[tuple[Any, np.ndarray]] = []
+        self._blocks = staging.Blocks(self._block)
+        """Pinned blocks lent as downloads' arrays (their buffers and mappings in ``_block_buffers``)."""
         self._by_key: dict[tuple[str, Variant], OpenCLKernel] = {}
         self._spare: dict[int, list[Any]] = {}
         """Freed buffers by size, for reuse."""
@@ -325,7 +329,12 @@ class OpenCLDevice(Device):
         if self._stage is not None and self._stage[1].size >= nbytes:
             return self._stage[1]
         self._drop_stage()
-        size = -(-max(nbytes, 1) // (1 << 20)) * (1 << 20)
+        self._stage = self._mapped(-(-max(nbytes, 1) // (1 << 20)) * (1 << 20))
+        return None if self._stage is None else self._stage[1]
+
+    def _mapped(self, size: int) -> tuple[Any, np.ndarray] | None:
+        """A pinned (``ALLOC_HOST_PTR``) buffer of ``size`` bytes, mapped once for good, with its mapping; None
+        where the runtime cannot make one (copies then stop staging)."""
         try:
             buf = cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, size)
             host, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.READ | cl.map_flags.WRITE, 0, (size,),
@@ -335,8 +344,15 @@ class OpenCLDevice(Device):
                 raise
             self.pinned = False
             return None
-        self._stage = (buf, host)
-        return host
+        return buf, host
+
+    def _block(self, size: int) -> np.ndarray | None:
+        """A pinned block for ``staging.Blocks`` (its buffer kept mapped as long as the device lives)."""
+        mapped = self._mapped(size)
+        if mapped is None:
+            return None
+        self._block_buffers.append(mapped)
+        return mapped[1]
 
     def _drop_stage(self) -> None:
         """Unmap and release the staging buffer (before a larger one replaces it)."""
@@ -369,8 +385,15 @@ class OpenCLDevice(Device):
             return cl.Buffer(self.context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=data)
 
     def download(self, handle: Any, buffer: Buffer) -> np.ndarray:
-        out = np.empty(buffer.shape, buffer.dtype.numpy)
+        """``handle`` as a host array: read into a pinned block lent as the array itself where one is free
+        (``staging.Blocks``), else in chunks through the staging buffer into a fresh array (or straight into it,
+        where copies do not stage)."""
         with self._guard("transfer"):
+            lease = self._blocks.take(buffer.nbytes) if self.pinned and buffer.nbytes >= _MIN_BYTES else None
+            if lease is not None:
+                cl.enqueue_copy(self.queue, lease.bytes, handle).wait()
+                return lease.array(buffer.shape, np.dtype(buffer.dtype.numpy))
+            out = np.empty(buffer.shape, buffer.dtype.numpy)
             stage = self._staging(out.nbytes) if out.nbytes >= _MIN_BYTES else None
             if stage is not None:
                 parts = staging.spans(out.nbytes)

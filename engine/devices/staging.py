@@ -7,11 +7,15 @@ chunk runs while the host copies the next, and the host copies run on a few thre
 large copy), so the pair costs little more than its slower leg.  The caller's thread copies a chunk too (it is
 awake, where a thread must first be woken), and arrays of one chunk are copied on it alone: a thread hand-off costs
 more than their copy.
+
+A download can skip the host leg: its DMA lands in a page-locked block (``Blocks``) that the caller is handed as its
+array, and the block comes back to the device when that array dies.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -110,6 +114,70 @@ def _wait(futures: list[Future]) -> None:
                 error = error or e
     if error is not None:
         raise error
+
+
+class Blocks:
+    """Page-locked host blocks lent out as downloads' results.
+
+    A download into a lent block is one DMA: no copy out of a staging buffer, and no fresh pages of a new array
+    to fault in.  The caller gets the block as its array; the block is free again once the last view of that
+    array is gone.  Page-locking memory costs several times copying it, so only ``PER_SIZE`` blocks are made per
+    size (a caller holds the previous run's outputs while the next run downloads its own) and ``LIMIT`` bytes in all;
+    when none is free (a caller that keeps its results), ``take`` says so and the download stages as before.
+    """
+
+    PER_SIZE = 4
+    LIMIT = 256 << 20
+
+    def __init__(self, allocate: Callable[[int], np.ndarray | None]) -> None:
+        self._allocate = allocate
+        """Makes a page-locked block of so many bytes (a flat uint8 array), or None where the runtime refuses."""
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._made: dict[int, int] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()  # blocks come back from whichever thread drops the last view
+
+    def take(self, nbytes: int) -> Lease | None:
+        """A block of at least ``nbytes`` (whole MiB), free or newly made; None when none may be made."""
+        size = -(-nbytes // (1 << 20)) * (1 << 20)
+        with self._lock:
+            free = self._free.get(size)
+            if free:
+                return Lease(self, free.pop(), nbytes)
+            if self._made.get(size, 0) >= self.PER_SIZE or self._bytes + size > self.LIMIT:
+                return None
+            self._made[size] = self._made.get(size, 0) + 1
+            self._bytes += size
+        block = self._allocate(size)
+        if block is None:
+            with self._lock:
+                self._made[size] -= 1
+                self._bytes -= size
+            return None
+        return Lease(self, block, nbytes)
+
+    def _give_back(self, block: np.ndarray) -> None:
+        with self._lock:
+            self._free.setdefault(block.size, []).append(block)
+
+
+class Lease:
+    """One block taken from ``Blocks``: ``bytes`` to download into, then ``array`` to hand out.  numpy keeps the
+    lease as the base of that array (through ``__array_interface__``), so the block goes back when the array and
+    every view of it are gone, or when the lease is dropped unlent."""
+
+    def __init__(self, blocks: Blocks, block: np.ndarray, nbytes: int) -> None:
+        self._blocks, self._block = blocks, block
+        self.bytes = block[:nbytes]
+
+    def array(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """The block's first bytes as an array of ``shape`` and ``dtype`` (writeable, the caller's to keep)."""
+        self.__array_interface__ = {"version": 3, "shape": tuple(shape), "typestr": np.dtype(dtype).str,
+                                    "data": (self._block.ctypes.data, False)}
+        return np.asarray(self)
+
+    def __del__(self) -> None:
+        self._blocks._give_back(self._block)
 
 
 def same_bytes(a: np.ndarray, b: np.ndarray, chunk: int | None = None) -> bool:
