@@ -8,8 +8,10 @@ arrays).  They copy what a plan copies: each upload reads an array of its own, o
 inputs were written long before, and a large last-level cache would otherwise hold them all) with the copy path
 awake (a tiny upload first: the first copy after the eviction pays for bringing the runtime back, PoCL's idle
 threads or a GPU driver's own state evicted from the caches, which a plan's copies, run back to back with its
-other steps, do not), and every download is kept until the measurement ends, as a plan's outputs outlive its
-run: each one fills fresh host memory, not the pages the previous one left.  The links are kept per device,
+other steps, do not), and each download is held until the next has landed, as a caller holds one run's outputs
+while the next run downloads its own (the path a plan's runs take: on a GPU, one DMA into a pinned block lent as
+the result, ``engine.devices.staging.Blocks``; a caller keeping every run's outputs pays more, the staged path once
+no block is free).  The links are kept per device,
 driver and copy path (``Device.copies``) in ``links.json`` beside the tuning cache, so a machine measures each
 device once, and again when its copies change path; an unreadable file is reported (``CacheWarning``) and
 measured again.
@@ -41,10 +43,10 @@ REPEATS = 5
 LARGE_REPEATS = 3
 """Repeats at 64 MiB and above: kept sources of that size are costly in memory, and 3 suffice at that size."""
 DIRECTIONS = ("up", "down")
-FORMAT = 5
+FORMAT = 6
 """The layout of ``links.json``: 3 keeps each direction's measured sizes, 4 its uploads timed with the path awake,
-5 copies staged in larger chunks, one of them on the caller's thread (a file of an older layout is measured again,
-silently)."""
+5 copies staged in larger chunks, one of them on the caller's thread, 6 downloads held one at a time, into lent
+pinned blocks on a GPU (a file of an older layout is measured again, silently)."""
 
 
 def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS) -> PoolLink:
@@ -66,15 +68,17 @@ def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
             up_times.append(time.perf_counter() - start)
             device.free(handle)
         handle = device.upload(array)
-        kept, down_times = [device.download(handle, buffer)], []
+        held = device.download(handle, buffer)
+        held, down_times = device.download(handle, buffer), []  # warm-up: two held in turn, as in the loop below
         for _ in range(count):
             start = time.perf_counter()
-            kept.append(device.download(handle, buffer))
+            landed = device.download(handle, buffer)
             down_times.append(time.perf_counter() - start)
+            held = landed
         device.free(handle)
-        if not np.array_equal(kept[-1], array):
+        if not np.array_equal(held, array):
             raise RuntimeError(f"{device.name}: a round trip of {nbytes} bytes changed the data")
-        del kept
+        del held, landed
         ups.append(statistics.median(up_times))
         downs.append(statistics.median(down_times))
     return PoolLink(_fit(sizes, ups), _fit(sizes, downs))

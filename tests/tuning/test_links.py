@@ -135,12 +135,12 @@ class _SlowDownloads(NumpyDevice):
         pass
 
 
-def test_measure_times_each_direction_apart_and_keeps_every_download():
+def test_measure_times_each_direction_apart_and_holds_each_download_until_the_next():
     device = _SlowDownloads()
     link = measure(device, sizes=(1 << 12, 1 << 20), repeats=3)
     assert link.down.seconds(1 << 20) > 0.04 > link.up.seconds(1 << 20)
-    # every download of a size fills fresh memory: the earlier ones of that size are all still alive
-    assert device.alive_at_last == 3
+    # as a loop consuming each run's outputs: the previous download is alive while the next lands, no older one
+    assert device.alive_at_last == 1 and len(device.downloads) == 2 * (2 + 3)
 
 
 @needs_opencl
