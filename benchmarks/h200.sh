@@ -7,6 +7,7 @@
 #  bash benchmarks/h200.sh --end-to-end [end_to_end.py args...] where a plan's end-to-end time goes, --gpu;
 #  bash benchmarks/h200.sh --downloads [--dropped] what each GPU->host copy path costs, download_paths.py;
 #  bash benchmarks/h200.sh --uploads what each host->GPU copy path costs, upload_paths.py;
+#  bash benchmarks/h200.sh --grouped swiglu's two up-projections as one cuBLAS launch or two, grouped_gemm.py;
 #  bash benchmarks/h200.sh --host-launch [SAMPLE ...] a host plan's native launch in each condition, host_launch.py)
 # Expects cp312 wheels of pyopencl, pytools, platformdirs, siphash24, graphviz (and tinygrad) in .wheels/ (carried).
 set -u
@@ -24,6 +25,7 @@ case "${1:-}" in
   --end-to-end) run=(benchmarks/end_to_end.py --gpu) ;;
   --downloads) run=(benchmarks/download_paths.py) ;;
   --uploads) run=(benchmarks/upload_paths.py) ;;
+  --grouped) run=(benchmarks/grouped_gemm.py) ;;
   --host-launch) run=(benchmarks/host_launch.py) ;;
   --sweep) run=(benchmarks/matmul_sweep.py) ;;
   --tests) run=(-m pytest --noconftest -q -p no:cacheprovider tests/test_cuda_blas.py tests/test_cuda_gemm.py) ;;

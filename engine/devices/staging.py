@@ -122,11 +122,12 @@ class Blocks:
     A download into a lent block is one DMA: no copy out of a staging buffer, and no fresh pages of a new array
     to fault in.  The caller gets the block as its array; the block is free again once the last view of that
     array is gone.  Page-locking memory costs several times copying it, so only ``PER_SIZE`` blocks are made per
-    size (a caller holds the previous run's outputs while the next run downloads its own) and ``LIMIT`` bytes in all;
+    size (a caller holds the previous run's outputs while the next run downloads its own; the compilation keeps its
+    three verified runs' outputs) and ``LIMIT`` bytes in all;
     when none is free (a caller that keeps its results), ``take`` says so and the download stages as before.
     """
 
-    PER_SIZE = 4
+    PER_SIZE = 8
     LIMIT = 256 << 20
 
     def __init__(self, allocate: Callable[[int], np.ndarray | None]) -> None:
