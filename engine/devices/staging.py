@@ -181,6 +181,14 @@ class Lease:
         self._blocks._give_back(self._block)
 
 
+def _equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether flat uint8 arrays of one size hold the same bytes, compared 8 at a time where the size allows
+    (numpy's comparison goes element by element, with a bool per element: wide elements halve its time)."""
+    if a.size % 8 == 0:
+        return np.array_equal(a.view(np.uint64), b.view(np.uint64))
+    return np.array_equal(a, b)
+
+
 def same_bytes(a: np.ndarray, b: np.ndarray, chunk: int | None = None) -> bool:
     """Whether flat uint8 arrays ``a`` and ``b`` hold the same bytes, compared chunk by chunk on the copying
     threads (stopping at the first chunk that differs)."""
@@ -188,8 +196,8 @@ def same_bytes(a: np.ndarray, b: np.ndarray, chunk: int | None = None) -> bool:
         return False
     parts = spans(a.size, chunk)
     if len(parts) <= 1 or THREADS == 1:
-        return all(np.array_equal(a[s:e], b[s:e]) for s, e in parts)
-    futures = [_threads().submit(np.array_equal, a[s:e], b[s:e]) for s, e in parts]
+        return all(_equal(a[s:e], b[s:e]) for s, e in parts)
+    futures = [_threads().submit(_equal, a[s:e], b[s:e]) for s, e in parts]
     try:
         return all(f.result() for f in futures)
     finally:
