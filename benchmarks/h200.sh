@@ -28,7 +28,7 @@ case "${1:-}" in
   --grouped) run=(benchmarks/grouped_gemm.py) ;;
   --host-launch) run=(benchmarks/host_launch.py) ;;
   --sweep) run=(benchmarks/matmul_sweep.py) ;;
-  --tests) run=(-m pytest --noconftest -q -p no:cacheprovider tests/test_cuda_blas.py tests/test_cuda_gemm.py) ;;
+  --tests) run=(-m pytest --noconftest -o addopts= -p no:cacheprovider tests/test_cuda_blas.py tests/test_cuda_gemm.py) ;;
   *) run=(benchmarks/compare.py --gpu); set -- "" "$@" ;;
 esac
 shift
