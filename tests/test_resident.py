@@ -8,6 +8,8 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine import Init, Tensor, from_tensors
 from engine.devices import staging
@@ -115,6 +117,33 @@ def test_blocks_stay_within_their_limit_and_a_refused_allocation_takes_none(monk
     refuse[0] = False
     held = [blocks.take(2 << 20), blocks.take(1 << 20)]  # 3 MiB in all: the limit
     assert all(held) and blocks.take(1 << 20) is None and blocks.take(100) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["take", "view", "drop"]), st.integers(1, 3 << 20), st.integers(0, 99)),
+                max_size=40))
+def test_no_block_is_lent_twice_while_any_view_of_it_lives(ops):
+    """Random takes, views and drops: every live array owns its block alone (its bytes are all its own mark), and
+    the per-size count and the byte limit hold throughout."""
+    made: list[np.ndarray] = []
+    blocks = staging.Blocks(lambda size: made.append(np.zeros(size, np.uint8)) or made[-1])
+    live: list[tuple[np.ndarray, int]] = []  # arrays and views handed out, with the mark written through them
+    for mark, (op, nbytes, pick) in enumerate(ops, start=1):
+        if op == "take":
+            lease = blocks.take(nbytes)
+            if lease is not None:
+                array = lease.array((nbytes,), np.dtype(np.uint8))
+                array[:] = mark % 251 + 1
+                live.append((array, mark % 251 + 1))
+        elif live and op == "view":
+            array, value = live[pick % len(live)]
+            live.append((array[pick % array.size:], value))
+        elif live:
+            live.pop(pick % len(live))
+        assert all(np.all(a == value) for a, value in live)
+        sizes = [m.size for m in made]
+        assert sum(sizes) <= staging.Blocks.LIMIT
+        assert all(sizes.count(size) <= staging.Blocks.PER_SIZE for size in sizes)
 
 
 @needs_opencl
