@@ -123,8 +123,8 @@ class Blocks:
     to fault in.  The caller gets the block as its array; the block is free again once the last view of that
     array is gone.  Page-locking memory costs several times copying it, so only ``PER_SIZE`` blocks are made per
     size (a caller holds the previous run's outputs while the next run downloads its own; the compilation keeps its
-    three verified runs' outputs) and ``LIMIT`` bytes in all;
-    when none is free (a caller that keeps its results), ``take`` says so and the download stages as before.
+    three verified runs' outputs) and ``LIMIT`` bytes in all.  When none is free (a caller that keeps its
+    results), ``take`` says so and the download stages as before.
     """
 
     PER_SIZE = 8

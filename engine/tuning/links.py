@@ -11,10 +11,9 @@ threads or a GPU driver's own state evicted from the caches, which a plan's copi
 other steps, do not), and each download is held until the next has landed, as a caller holds one run's outputs
 while the next run downloads its own (the path a plan's runs take: on a GPU, one DMA into a pinned block lent as
 the result, ``engine.devices.staging.Blocks``; a caller keeping every run's outputs pays more, the staged path once
-no block is free).  The links are kept per device,
-driver and copy path (``Device.copies``) in ``links.json`` beside the tuning cache, so a machine measures each
-device once, and again when its copies change path; an unreadable file is reported (``CacheWarning``) and
-measured again.
+no block is free).  The links are kept per device, driver and copy path (``Device.copies``) in ``links.json``
+beside the tuning cache, so a machine measures each device once, and again when its copies change path; an
+unreadable file is reported (``CacheWarning``) and measured again.
 """
 
 from __future__ import annotations
