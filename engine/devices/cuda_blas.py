@@ -381,18 +381,18 @@ class CublasDevice(Device):
         in a pinned block lent as the array itself where one is free (``staging.Blocks``); else each chunk's DMA
         lands in the pinned staging buffer and is copied out to a fresh array on the copying threads.  A fresh
         pinned array per download would page-lock new memory every time, which costs several times the copy."""
-        dtype = np.dtype(buffer.dtype.numpy)
+        dtype = buffer.dtype.numpy
         if buffer.nbytes and handle.dtype == dtype and handle.size == buffer.numel:
             with self._cp.cuda.Device(self.index):
                 lease = self._blocks.take(buffer.nbytes)
-                stage = self._staging(buffer.nbytes) if lease is None else None
-                if lease is not None or stage is not None:
+                if lease is not None:
+                    handle.view(np.uint8).get(stream=self._cp.cuda.get_current_stream(), out=lease.bytes,
+                                              blocking=True)
+                    return lease.array(buffer.shape, dtype)
+                stage = self._staging(buffer.nbytes)
+                if stage is not None:
                     raw = handle.view(np.uint8)
                     stream = self._cp.cuda.get_current_stream()
-                if lease is not None:
-                    raw.get(stream=stream, out=lease.bytes, blocking=True)
-                    return lease.array(buffer.shape, dtype)
-                if stage is not None:
                     out = np.empty(buffer.shape, dtype)
                     parts = staging.spans(buffer.nbytes)
                     landed = []

@@ -392,7 +392,7 @@ class OpenCLDevice(Device):
             lease = self._blocks.take(buffer.nbytes) if self.pinned and buffer.nbytes >= _MIN_BYTES else None
             if lease is not None:
                 cl.enqueue_copy(self.queue, lease.bytes, handle).wait()
-                return lease.array(buffer.shape, np.dtype(buffer.dtype.numpy))
+                return lease.array(buffer.shape, buffer.dtype.numpy)
             out = np.empty(buffer.shape, buffer.dtype.numpy)
             stage = self._staging(out.nbytes) if out.nbytes >= _MIN_BYTES else None
             if stage is not None:

@@ -67,17 +67,17 @@ def measure(device: Device, sizes: Sequence[int] = SIZES, repeats: int = REPEATS
             up_times.append(time.perf_counter() - start)
             device.free(handle)
         handle = device.upload(array)
+        held = device.download(handle, buffer)  # warm-up: two, each held while the next lands, as below
         held = device.download(handle, buffer)
-        held, down_times = device.download(handle, buffer), []  # warm-up: two held in turn, as in the loop below
+        down_times = []
         for _ in range(count):
             start = time.perf_counter()
-            landed = device.download(handle, buffer)
+            held = device.download(handle, buffer)  # the previous one is released only once this one has landed
             down_times.append(time.perf_counter() - start)
-            held = landed
         device.free(handle)
         if not np.array_equal(held, array):
             raise RuntimeError(f"{device.name}: a round trip of {nbytes} bytes changed the data")
-        del held, landed
+        del held
         ups.append(statistics.median(up_times))
         downs.append(statistics.median(down_times))
     return PoolLink(_fit(sizes, ups), _fit(sizes, downs))
