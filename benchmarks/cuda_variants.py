@@ -8,8 +8,8 @@ beside torch (eager and torch.compile) in the same process: the loop for iterati
 A name is a sample (``sample_graphs``) or one of compare.py's ``--gpu`` workloads at a size (``softmax:8192``).
 Each kernel of the workload's candidates that holds a reduce or row stages and is at least 1 MiB of traffic is
 timed in the default variant, the tuner's shared seeds and the device's own (``CublasDevice.seeds``); a cuBLAS
-call on the buffers' strides also through ``cupy.matmul``, which copies strided operands and a permuted result.  A
-sample with attention is also timed by torch with each fp32 backend of its scaled-dot-product attention.
+call on the buffers' strides also through ``cupy.matmul``, which copies strided operands and a permuted result; a
+siblings kernel's paired products also as two calls.  A sample with attention is also timed by torch with each fp32 backend of its scaled-dot-product attention.
 """
 
 from __future__ import annotations
@@ -85,6 +85,8 @@ def main() -> None:
                     forms = [(str(v), compiled_k)]
                     if isinstance(compiled_k, cuda_blas.Matmul) and compiled_k.strided is not None:
                         forms.append((f"{v} by cupy.matmul (copies)", replace(compiled_k, strided=None)))
+                    if isinstance(compiled_k, cuda_blas.Siblings) and compiled_k.paired is not None:
+                        forms.append((f"{v} as two calls (not paired)", replace(compiled_k, paired=None)))
                     for label, form in forms:
                         _time(device, label, form, k, gins, want, moved, build, args.repeats)
                 except Exception as e:  # a build or launch failure is reported, the rest still run

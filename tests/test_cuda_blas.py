@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 import sample_graphs
 from engine import DType, Tensor, from_tensors, load
 from engine.devices import cuda_blas, staging
-from engine.devices.base import Link
-from engine.devices.numpy_device import NumpyDevice, is_contraction_load
+from engine.devices.base import SIBLINGS_ELSEWHERE, Link
+from engine.devices.numpy_device import LibraryDevice, NumpyDevice, is_contraction_load
 from engine.kernel.ir import Buffer
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.pipeline import Options, compile_program
@@ -79,6 +79,17 @@ class _HostCublas(cuda_blas.CublasDevice):
 
     def _sgemm_strided(self, call, p, q, x):
         sgemm_strided_on_host(call, p, q, x)
+
+    @staticmethod
+    def _address(array):
+        return array.__array_interface__["data"][0]
+
+    def _sgemm_pair(self, call, side, shared, varying, x):
+        """The device's pairing on the two operands copied into one buffer, so that the batch stride it works
+        out from their addresses stays inside what ``sgemm_strided_on_host`` may read."""
+        assert self._address(varying[0]) < self._address(varying[1])
+        joint = np.concatenate(varying)
+        super()._sgemm_pair(call, side, shared, (joint, joint[varying[0].size:]), x)
 
     def _build(self, kernel, variant):
         host = NumpyDevice()
@@ -490,3 +501,97 @@ def test_on_the_gpu_queued_runs_and_sessions_match_timed_runs(sample):
         assert all(np.array_equal(v, execute(c.plan, devices, inputs).outputs[k]) for k, v in changed.items())
         replayed = session.run(inputs).outputs  # the launches prepared in the run before, replayed
         assert all(np.array_equal(v, changed[k]) for k, v in replayed.items())
+
+
+def _siblings(program) -> list:
+    """The siblings kernels of ``program``'s kernelization."""
+    c = compile_program(program, [NumpyDevice()], Options(tune=False, tune_cache=False, execute=False))
+    return [cand.kernel for cand in c.kernelization.candidates.values() if cand.kernel.siblings]
+
+
+def _host_result(kernel, ins):
+    """``kernel`` evaluated by the numpy device's row plan (which declines it in a plan, but evaluates it)."""
+    host = NumpyDevice()
+    want = [np.full(b.numel, np.nan, b.dtype.numpy) for b in kernel.output_types]
+    host.launch(host.compile(kernel), ins, want)
+    return want
+
+
+def _gated(shared_rhs: bool):
+    """``silu(x @ wg) * (x @ wu)`` (two products sharing ``x``), or ``silu(x @ wg) * (z @ wu)`` (sharing nothing)."""
+    x, z = Tensor.input("x", (24, 40)), Tensor.input("z", (24, 40))
+    wg, wu = Tensor.input("wg", (40, 72)), Tensor.input("wu", (40, 72))
+    return from_tensors({"y": (x @ wg).silu() * ((x if shared_rhs else z) @ wu)})
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_gated_units_products_run_as_siblings_paired_where_they_share_an_operand(shared):
+    """The two products of a gated unit are one siblings kernel on the cuBLAS device: one strided-batched call of
+    two when they share an operand (the weights one batch stride apart), two calls when they do not; either way
+    its outputs equal the host's evaluation, and the source says which."""
+    (kernel,) = _siblings(_gated(shared))
+    device = _host_cublas()
+    sib = cuda_blas.as_siblings(kernel)
+    assert device.supports(kernel) and sib is not None and len(sib.stages) == 2
+    assert (sib.paired is not None) == shared
+    rng = np.random.default_rng(3)
+    ins = [rng.standard_normal(b.numel).astype(np.float32) for b in kernel.inputs]
+    pairs = []
+    pair = device._sgemm_pair
+    device._sgemm_pair = lambda *a: pairs.append(a) or pair(*a)
+    got = [np.full(b.numel, np.nan, np.float32) for b in kernel.output_types]
+    device.launch(device.compile(kernel), ins, got)
+    assert len(pairs) == shared
+    np.testing.assert_allclose(got[0], _host_result(kernel, ins)[0], rtol=1e-5, atol=1e-5)
+    text = device.source(kernel).text
+    assert ("cublasSgemmStridedBatched of 2" in text) == shared and text.count("// stage ") == 2
+
+
+def test_the_pair_works_out_its_batch_stride_from_the_operands_addresses():
+    """Two weights at either order in one buffer: the call reads each at its own place, and each stage's
+    result lands in its slot."""
+    device = _host_cublas()
+    (kernel,) = _siblings(_gated(True))
+    sib = cuda_blas.as_siblings(kernel)
+    call = sib.stages[0].strided
+    rng = np.random.default_rng(5)
+    base = rng.standard_normal(3 * 40 * 72).astype(np.float32)
+    x = rng.standard_normal(24 * 40).astype(np.float32)
+    shared, side = (x, sib.paired)
+    for lo, hi in ((0, 2), (1, 2)):
+        first, second = base[lo * 40 * 72:], base[hi * 40 * 72:]
+        out = np.full(2 * 24 * 72, np.nan, np.float32)
+        cuda_blas.CublasDevice._sgemm_pair(device, call, side, shared, (first, second), out)
+        for slot, w in enumerate((first, second)):
+            want = x.reshape(24, 40).astype(np.float64) @ w[:40 * 72].reshape(40, 72)
+            np.testing.assert_allclose(out[slot * 24 * 72:(slot + 1) * 24 * 72].reshape(24, 72), want, rtol=1e-5)
+
+
+def test_siblings_kernels_are_offered_on_cublas_alone():
+    """The CPU devices decline a siblings kernel (their separate kernels do the same work) and say why; a plan
+    on the host and the stand-in verifies either way."""
+    program = load(sample_graphs.path("swiglu_mlp.small"))
+    (kernel,) = _siblings(program)
+    assert NumpyDevice().unsupported(kernel) == SIBLINGS_ELSEWHERE
+    assert LibraryDevice().unsupported(kernel) == SIBLINGS_ELSEWHERE
+    device = _host_cublas()
+    assert device.supports(kernel) and cuda_blas.as_siblings(kernel).paired is not None
+    c = compile_program(program, [NumpyDevice(), device], Options(tune=False, tune_cache=False))
+    assert c.verification.ok
+
+
+@pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
+@pytest.mark.parametrize("sample", ["swiglu_mlp.small", "swiglu_mlp"])
+def test_on_the_gpu_a_siblings_kernel_matches_the_host_and_a_cublas_plan_verifies(sample):
+    """The paired call on real buffers (its batch stride the distance between two cupy allocations)."""
+    (device,) = cuda_blas.discover()[:1]
+    program = load(sample_graphs.path(sample))
+    (kernel,) = _siblings(program)
+    assert cuda_blas.as_siblings(kernel).paired is not None
+    rng = np.random.default_rng(0)
+    ins = [rng.standard_normal(b.numel).astype(np.float32) for b in kernel.inputs]
+    got = [device.upload(np.full(b.numel, np.nan, np.float32)) for b in kernel.output_types]
+    device.launch(device.compile(kernel), [device.upload(x) for x in ins], got)
+    np.testing.assert_allclose(device.download(got[0], kernel.output_types[0]).reshape(-1),
+                               _host_result(kernel, ins)[0], rtol=1e-4, atol=1e-4)
+    assert compile_program(program, [NumpyDevice(), device], Options(tune=False, tune_cache=False)).verification.ok

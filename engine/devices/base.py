@@ -26,6 +26,10 @@ from engine import units
 from engine.kernel.ir import Buffer, Kernel
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
+SIBLINGS_ELSEWHERE = ("a siblings kernel (reduces side by side at each point) gains only where its reduces launch "
+                      "together (the cuBLAS device's one batched call); here the separate kernels do the same work")
+"""Why a device other than cuBLAS declines a siblings kernel: its stages would run as one point per work item."""
+
 
 @dataclass(frozen=True)
 class Link:

@@ -35,9 +35,10 @@ from engine.devices import staging
 from engine.devices.base import GPU_THREADS, Device, Link, Source
 from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction, is_contraction_load
+from engine.devices.row_plan import unfused
 from engine.devices.strided_gemm import StridedCall, strided_call
 from engine.kernel.index import flatten, var
-from engine.kernel.ir import Acc, Buffer, Expr, Kernel, Load, Reduce, map_exprs
+from engine.kernel.ir import Acc, Buffer, Expr, Kernel, Load, Reduce, map_exprs, schedule
 from engine.kernel.render import cuda, cuda_gemm
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 from engine.program.dtypes import DType
@@ -55,6 +56,7 @@ GEMM_SEEDS = (Variant(local_size=256, upcast=4, tile=8, smem=8), Variant(local_s
 """Implicit-GEMM variants timed first: ``local_size`` threads of ``tile x upcast`` outputs, k in slices of ``smem``."""
 _ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
 """cuBLAS's alpha and beta, read from the host."""
+NOT_SIBLING_PRODUCTS = "a siblings kernel whose stages are not all bare products (one cuBLAS call each)"
 SPIN = 'extern "C" __global__ void spin(long long cycles) { long long t = clock64(); while (clock64() - t < cycles) {} }'
 
 
@@ -191,6 +193,64 @@ def as_matmul(kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | No
                   strided=strided, gemm=gemm)
 
 
+@dataclass(frozen=True)
+class Siblings:
+    """A siblings kernel (``Kernel.siblings``) as cuBLAS products: each stage a ``Matmul`` into its slot of one
+    scratch buffer, the prologues they share made once, then ``output`` (reading the kernel's inputs and each
+    stage's result, in stage order) by NVRTC.
+
+    Two stages whose strided calls differ only in one operand's buffer (``paired`` names that side, ``p`` or
+    ``q``: a gated unit's two weights beside one shared activation) run as one strided-batched call of two.
+    """
+
+    kernel: Kernel
+    stages: tuple[Matmul, ...]
+    output: Kernel
+    paired: str | None
+    built: Nvrtc | None = None
+    built_prologues: tuple[Nvrtc, ...] = ()
+    """The distinct prologues of every stage, in order of first use."""
+
+    @property
+    def prologues(self) -> tuple[Kernel, ...]:
+        return tuple({pro.key: pro for mm in self.stages for pro in mm.prologues}.values())
+
+
+def as_siblings(kernel: Kernel) -> Siblings | None:
+    """``kernel`` as cuBLAS products side by side, or None: not a siblings kernel, a stage that reads another's
+    result or is not one bare product (``as_matmul`` with no epilogue), or an output kernel without CUDA source."""
+    if not kernel.siblings or any(isinstance(e, Acc) for s in kernel.stages for e in schedule([s.body])):
+        return None
+    stages = tuple(as_matmul(Kernel(kernel.inputs, kernel.shape, kernel.vars, s, (Acc(s.dtype),)))
+                   for s in kernel.stages)
+    output = unfused(kernel)[-1]
+    if any(mm is None or mm.epilogue is not None for mm in stages) or cuda.cuda_error(output) is not None:
+        return None
+    return Siblings(kernel, stages, output, _paired(stages))  # type: ignore[arg-type]
+
+
+def _paired(stages: tuple[Matmul, ...]) -> str | None:
+    """The side (``p`` or ``q``) on which two stages' strided calls differ only by buffer, or None."""
+    if len(stages) != 2 or any(mm.strided is None or mm.strided.batch != 1 for mm in stages):
+        return None
+    first, second = (mm.strided for mm in stages)
+    assert first is not None and second is not None
+
+    def operand(mm: Matmul, side: str) -> tuple[object, ...]:
+        m = getattr(mm.strided, side)
+        n = len(mm.kernel.inputs)
+        buffer = ("in", m.input) if m.input < n else ("prologue", mm.prologues[m.input - n].key)
+        return buffer, m.offset, m.transposed, m.ld
+
+    if replace(first, p=second.p, q=second.q) != second:
+        return None
+    for side, other in (("p", "q"), ("q", "p")):
+        a, b = operand(stages[0], side), operand(stages[1], side)
+        if operand(stages[0], other) == operand(stages[1], other) and a[0] != b[0] and a[1:] == b[1:]:
+            return side
+    return None
+
+
 def _sizes(mm: Matmul) -> list[int]:
     """Sizes of the split kernel's axes (global, then reduce)."""
     return [v.size for v in sorted(mm.split.axes, key=mm.split.axes.get)]
@@ -232,6 +292,7 @@ class CublasDevice(Device):
         self.link = link
         self.driver_version = f"cupy {cp.__version__} cuda {cp.cuda.runtime.runtimeGetVersion()}"
         self._plans: dict[str, Matmul | None] = {}
+        self._sibling_plans: dict[str, Siblings | None] = {}
         self._built: dict[tuple[str, Variant], Nvrtc] = {}
         self._hold_cycles = int(HOLD * clock_hz)
         self._spin: Any = None
@@ -256,12 +317,24 @@ class CublasDevice(Device):
             self._plans[kernel.key] = as_matmul(kernel)
         return self._plans[kernel.key]
 
+    def _siblings(self, kernel: Kernel) -> Siblings | None:
+        if kernel.key not in self._sibling_plans:
+            self._sibling_plans[kernel.key] = as_siblings(kernel)
+        return self._sibling_plans[kernel.key]
+
     def unsupported(self, kernel: Kernel) -> str | None:
-        """A matmul-shaped kernel always runs (cuBLAS); any other needs CUDA source (``cuda.cuda_error``)."""
+        """A matmul-shaped kernel always runs (cuBLAS), and a siblings kernel of bare products (``as_siblings``);
+        any other needs CUDA source (``cuda.cuda_error``)."""
+        if kernel.siblings:
+            return None if self._siblings(kernel) is not None else NOT_SIBLING_PRODUCTS
         return None if self._matmul(kernel) is not None else cuda.cuda_error(kernel)
 
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
-        """NVRTC's kernels and epilogues take ``cuda.variant_error``'s variants; a bare cuBLAS call none."""
+        """NVRTC's kernels and epilogues take ``cuda.variant_error``'s variants, as a siblings kernel's output
+        kernel does; a bare cuBLAS call none."""
+        if kernel.siblings:
+            sib = self._siblings(kernel)
+            return NOT_SIBLING_PRODUCTS if sib is None else cuda.variant_error(sib.output, variant)
         found = self._matmul(kernel)
         if found is None:
             return cuda.variant_error(kernel, variant)
@@ -274,6 +347,8 @@ class CublasDevice(Device):
     def seeds(self, kernel: Kernel) -> list[Variant]:
         """A contraction's implicit-GEMM tiles (128 x 64, 64 x 64, 128 x 128 outputs per block), timed against
         cuBLAS with its prologues; a row kernel's row held in registers (``cuda.row_seeds``)."""
+        if kernel.siblings:
+            return []
         if kernel.stages:
             return cuda.row_seeds(kernel)
         found = self._matmul(kernel)
@@ -298,7 +373,13 @@ class CublasDevice(Device):
                 self._built[key] = Nvrtc(kernel, variant, self._cp.RawModule(code=code).get_function(name), geometry)
         return self._built[key]
 
-    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Nvrtc:
+    def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Nvrtc | Siblings:
+        if kernel.siblings:
+            sib = self._siblings(kernel)
+            assert sib is not None, NOT_SIBLING_PRODUCTS
+            self._start_blas()
+            return replace(sib, built=self._build(sib.output, variant),
+                           built_prologues=tuple(self._build(pro, DEFAULT_VARIANT) for pro in sib.prologues))
         found = self._matmul(kernel)
         if found is None or variant.smem:
             return self._build(kernel, variant)
@@ -318,7 +399,9 @@ class CublasDevice(Device):
 
     def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
         """NVRTC's CUDA C; for a matmul-shaped kernel its prologues' CUDA C, the cuBLAS call (a comment) and its
-        epilogue's CUDA C."""
+        epilogue's CUDA C; for a siblings kernel its products' prologues and calls, then its output kernel."""
+        if kernel.siblings and (sib := self._siblings(kernel)) is not None:
+            return self._siblings_source(sib, variant)
         mm = self._matmul(kernel)
         if mm is None:
             return Source("CUDA C (NVRTC)", "cuda", cuda.source(kernel, variant)[0])
@@ -335,6 +418,26 @@ class CublasDevice(Device):
             return Source("CUDA C (NVRTC), then a cuBLAS call" if mm.prologues else "cuBLAS call", "cuda", call)
         then = f"// then its epilogue, reading the matmul's result as in{len(kernel.inputs)}:\n"
         return Source("cuBLAS call, then CUDA C (NVRTC)", "cuda", call + then + cuda.source(mm.epilogue, variant)[0])
+
+    def _siblings_source(self, sib: Siblings, variant: Variant) -> Source:
+        n = len(sib.kernel.inputs)
+        keys = [pro.key for pro in sib.prologues]
+        text = "".join(f"// prologue {i + 1}: writes a factor the products read\n{cuda.source(pro, DEFAULT_VARIANT)[0]}\n"
+                       for i, pro in enumerate(sib.prologues))
+        if sib.paired is not None:
+            text += (f"// {sib.kernel.name}: its {len(sib.stages)} products as one cublasSgemmStridedBatched of 2, "
+                     f"the two {'A' if sib.paired == 'p' else 'B'} operands one batch stride apart (their buffers' "
+                     "distance):\n")
+        for i, mm in enumerate(sib.stages):
+            assert mm.strided is not None or sib.paired is None
+            batch, m, k, nn = _dims(mm)
+            reads = ", ".join(f"in{ld.input}" if ld.input < n else f"prologue {keys.index(mm.prologues[ld.input - n].key) + 1}"
+                              for ld in (mm.a, mm.b))
+            how = mm.strided.describe() if mm.strided is not None else "by cupy.matmul"
+            text += f"// stage {i}: cuBLAS SGEMM (TF32 off) {batch} x ({m} x {k}) @ ({k} x {nn}) of {reads}: {how}\n"
+        text += (f"// then the output kernel, reading stage i's result as in{n}+i:\n"
+                 f"{cuda.source(sib.output, variant)[0]}")
+        return Source("cuBLAS calls, then CUDA C (NVRTC)", "cuda", text)
 
     def alloc(self, buffer: Buffer) -> Any:
         with self._cp.cuda.Device(self.index):
@@ -426,6 +529,49 @@ class CublasDevice(Device):
             ptr[1], call.q.ld, call.q.batch_stride, _ZERO.ctypes.data, ptr[2], call.x.ld, call.x.batch_stride,
             call.batch)
 
+    @staticmethod
+    def _address(array: Any) -> int:
+        return int(array.data.ptr)
+
+    def _sgemm_pair(self, call: StridedCall, side: str, shared: Any, varying: tuple[Any, Any], x: Any) -> None:
+        """``call`` (a batch of 1) for each ``varying`` operand on ``side`` (``p`` or ``q``; the second at the
+        higher address), the other operand ``shared``: one strided-batched call of 2 whose varying batch stride is
+        the buffers' distance, the results ``rows * cols`` apart in ``x``."""
+        step = (self._address(varying[1]) - self._address(varying[0])) // 4
+        pair = replace(call, batch=2, x=replace(call.x, batch_stride=call.rows * call.cols),
+                       p=replace(call.p, batch_stride=step if side == "p" else 0),
+                       q=replace(call.q, batch_stride=step if side == "q" else 0))
+        p, q = (varying[0], shared) if side == "p" else (shared, varying[0])
+        self._sgemm_strided(pair, p, q, x)
+
+    def _sibling_calls(self, sib: Siblings, inputs: list[Any], outputs: list[Any]) -> list[Callable[[], object]]:
+        """Shared prologues, the products (one paired call where ``sib.paired``), then the output kernel."""
+        cp = self._cp
+        scratch = {pro.kernel.key: cp.empty(pro.kernel.numel, np.float32) for pro in sib.built_prologues}
+        calls: list[Callable[[], object]] = [lambda pro=pro: self._nvrtc(pro, [*inputs, scratch[pro.kernel.key]])
+                                             for pro in sib.built_prologues]
+        operands = [[*inputs, *(scratch[pro.key] for pro in mm.prologues)] for mm in sib.stages]
+        numel = sib.kernel.numel
+        results = cp.empty(len(sib.stages) * numel, np.float32)
+        slots = [results[i * numel:(i + 1) * numel] for i in range(len(sib.stages))]
+        if sib.paired is None:
+            calls += [self._gemm(mm, ops, slot) for mm, ops, slot in zip(sib.stages, operands, slots)]
+        else:
+            side = sib.paired
+            call = sib.stages[0].strided
+            assert call is not None
+            other = call.q if side == "p" else call.p
+            varying = [ops[getattr(mm.strided, side).input] for mm, ops in zip(sib.stages, operands)]
+            if self._address(varying[1]) < self._address(varying[0]):  # the stage at the lower address goes first
+                varying.reverse()
+                slots.reverse()
+            pair = (varying[0], varying[1])
+            calls.append(lambda: self._sgemm_pair(call, side, operands[0][other.input], pair, results))
+        built = sib.built
+        assert built is not None
+        calls.append(lambda: self._nvrtc(built, [*inputs, *slots, *outputs]))
+        return calls
+
     def _gemm(self, mm: Matmul, inputs: list[Any], out: Any) -> Callable[[], object]:
         """The matmul as a call whose operand views are made already (cupy's host work stays out of the timed
         window): the strided cuBLAS call where it applies, else ``cupy.matmul`` (one 2-D GEMM when there is no
@@ -474,9 +620,12 @@ class CublasDevice(Device):
             self._spin = self._cp.RawModule(code=SPIN).get_function("spin")
         self._spin((1,), (1,), (np.int64(self._hold_cycles),))
 
-    def _calls(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> list[Callable[[], object]]:
+    def _calls(self, compiled: Matmul | Nvrtc | Siblings, inputs: list[Any],
+               outputs: list[Any]) -> list[Callable[[], object]]:
         """The launches of one kernel (prologues, matmul, epilogue), ready to queue in order."""
         cp = self._cp
+        if isinstance(compiled, Siblings):
+            return self._sibling_calls(compiled, inputs, outputs)
         if isinstance(compiled, Nvrtc):
             return [lambda: self._nvrtc(compiled, [*inputs, *outputs])]
         scratch = [cp.empty(pro.kernel.numel, np.float32) for pro in compiled.built_prologues]
@@ -491,12 +640,12 @@ class CublasDevice(Device):
             calls += [self._gemm(compiled, operands, acc), lambda: self._nvrtc(epilogue, [*inputs, acc, *outputs])]
         return calls
 
-    def launch_queued(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> None:
+    def launch_queued(self, compiled: Matmul | Nvrtc | Siblings, inputs: list[Any], outputs: list[Any]) -> None:
         """Queue the kernel on the current stream and return: no hold, no events, no wait (a later download or
         ``finish`` waits; cupy's pool reuses a scratch buffer only after the stream's earlier work)."""
         self.prepare(compiled, inputs, outputs)()
 
-    def prepare(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> Callable[[], None]:
+    def prepare(self, compiled: Matmul | Nvrtc | Siblings, inputs: list[Any], outputs: list[Any]) -> Callable[[], None]:
         """The kernel's calls built once (operand views, scratch buffers, grids), queued on the current stream by
         each call of the function returned; its scratch lives as long as the function, and each replay reuses it
         after the stream's earlier work, in order."""
@@ -514,7 +663,7 @@ class CublasDevice(Device):
         with self._cp.cuda.Device(self.index):
             self._cp.cuda.get_current_stream().synchronize()
 
-    def launch(self, compiled: Matmul | Nvrtc, inputs: list[Any], outputs: list[Any]) -> float:
+    def launch(self, compiled: Matmul | Nvrtc | Siblings, inputs: list[Any], outputs: list[Any]) -> float:
         """Run the kernel (prologues, matmul, epilogue) and return its GPU time: CUDA events around it, queued
         behind ``_hold`` so that the host's dispatch is not counted."""
         cp = self._cp
@@ -532,16 +681,32 @@ class CublasDevice(Device):
     def estimate(self, kernel: Kernel) -> float:
         """Roofline plus the launch: a matmul's flops in waves of ``tile``-square output tiles, one per
         multiprocessor at ``flops / units`` (a small matmul leaves most of them idle); any other kernel's
-        reduce flops at ``flops``; either's buffers' bytes at ``bandwidth``."""
+        reduce flops at ``flops``; either's buffers' bytes at ``bandwidth``.  A siblings kernel's products count
+        their tiles together where they are one paired call, each its own waves and launch where they are not."""
         nbytes = kernel.moved_bytes
         seconds = max(nbytes / self.bandwidth, 2 * kernel.numel * sum(r.size for r in kernel.reduces) / self.flops)
+        sib = self._siblings(kernel) if kernel.siblings else None
         mm = self._matmul(kernel) if kernel.reduce is not None else None
-        if mm is not None:
-            batch, m, k, n = _dims(mm)
-            waves = math.ceil(batch * math.ceil(m / self.tile) * math.ceil(n / self.tile) / self.units)
-            seconds = max(seconds, waves * 2 * self.tile * self.tile * k * self.units / self.flops)
-            seconds += sum(self.launch_overhead + self._prologue_bytes(pro) / self.bandwidth for pro in mm.prologues)
+        products = sib.stages if sib is not None else (mm,) if mm is not None else ()
+        if products:
+            tiles = [(self._tiles(p), _dims(p)[2]) for p in products]
+            if sib is not None and sib.paired is None:
+                gemm = sum(self._waves(t, k) for t, k in tiles) + self.launch_overhead * (len(tiles) - 1)
+            else:
+                gemm = self._waves(sum(t for t, _ in tiles), tiles[0][1])
+            prologues = sib.prologues if sib is not None else mm.prologues  # type: ignore[union-attr]
+            seconds = max(seconds, gemm)
+            seconds += sum(self.launch_overhead + self._prologue_bytes(pro) / self.bandwidth for pro in prologues)
         return self.launch_overhead + seconds
+
+    def _tiles(self, mm: Matmul) -> int:
+        """The ``tile``-square output tiles of one product."""
+        batch, m, _, n = _dims(mm)
+        return batch * math.ceil(m / self.tile) * math.ceil(n / self.tile)
+
+    def _waves(self, tiles: int, depth: int) -> float:
+        """Seconds of ``tiles`` output tiles over a sum of ``depth``, one per multiprocessor at a time."""
+        return math.ceil(tiles / self.units) * 2 * self.tile * self.tile * depth * self.units / self.flops
 
     @staticmethod
     def _prologue_bytes(prologue: Kernel) -> int:
@@ -552,11 +717,11 @@ class CublasDevice(Device):
     def predict(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> float:
         """``estimate`` over the share of the GPU an NVRTC launch fills: fewer threads than the multiprocessors
         hold (``GPU_THREADS`` each) leave the rest idle, as a row per thread on 1024 rows does (0.4% of an H200); an
-        implicit GEMM by ``_gemm_estimate``."""
+        implicit GEMM by ``_gemm_estimate``; cuBLAS's products (a siblings kernel's too) by ``estimate``."""
         mm = self._matmul(kernel)
         if mm is not None and variant.smem and mm.gemm is not None:
             return self._gemm_estimate(mm.gemm, variant)
-        if mm is not None:
+        if mm is not None or kernel.siblings:
             return self.estimate(kernel)
         blocks, threads = cuda.grid(kernel, variant)
         fill = min(1.0, max(blocks * threads, 1) / (self.units * GPU_THREADS))

@@ -26,6 +26,7 @@ RULES = {
     "view": "views fuse as index arithmetic",
     "reduce": "the kernel's one reduce (its result is not broadcast again)",
     "stage": "a row reduce recomputed as a stage of the row kernel",
+    "sibling": "a reduce at the kernel's own output point, run beside the others as a stage",
 }
 """The fusion rule that brought a class into a kernel, by key."""
 
@@ -37,7 +38,7 @@ REASONS = {
     "broadcast": "a reduce whose result is broadcast again (expand or growing pad): stored",
     "nested": "a reduce inside another reduce's body: stored",
     "not-per-row": "a reduce not computed once per row of this row kernel",
-    "stages": "the row kernel already has its most stages",
+    "stages": "the kernel already has its most stages",
 }
 """Why a class was left out of a kernel (loaded from memory instead), by key."""
 
@@ -76,7 +77,8 @@ class Sharing:
 @dataclass(frozen=True)
 class Decisions:
     """What shaped one kernel candidate: ``grown`` is ``default`` (the class's default form at the root),
-    ``form`` (another root form of the class) or ``row`` (the row kernel: reduces recomputed per row)."""
+    ``form`` (another root form of the class), ``row`` (the row kernel: reduces recomputed per row) or
+    ``siblings`` (reduces at the output point side by side)."""
 
     grown: str
     root: NodeId
@@ -86,7 +88,8 @@ class Decisions:
 
 
 GROWN = {"default": "the class's default form at the root", "form": "another root form of the class",
-         "row": "a row kernel: the reduces it would load are recomputed per row"}
+         "row": "a row kernel: the reduces it would load are recomputed per row",
+         "siblings": "a siblings kernel: the reduces at its output point run side by side as stages"}
 
 
 def _classes(items: Sequence[Fused] | Sequence[Boundary], key: str, attr: str) -> str:

@@ -12,7 +12,9 @@ the reduce of every stage in order (``Acc(dtype, i)`` is stage ``i``'s result;
 a later stage's body may use it), then loops over the *row variables* (the
 ``store`` variables that are not global) and stores the outputs at every point
 of the row.  Its outputs have the shape of ``store``; its ``shape`` (one point
-per row) is the launch's index space.
+per row) is the launch's index space.  A *siblings kernel* is a row kernel whose
+row is one point (``store`` is ``vars``): independent reduces at each output
+point, such as a gated unit's two products, side by side.
 
 Views never appear: a permute, reshape, expand or pad of a tensor is the
 ``Idx`` a ``Load`` reads at (and, for pads, a ``Where`` on index bounds).
@@ -251,6 +253,11 @@ class Kernel:
         return tuple(v for v in self.store if v not in self.vars)
 
     @property
+    def siblings(self) -> bool:
+        """Whether this is a siblings kernel: a row kernel whose row is one point (see the module's text)."""
+        return bool(self.stages) and not self.row
+
+    @property
     def row_size(self) -> int:
         return math.prod(v.size for v in self.row)
 
@@ -394,7 +401,7 @@ def format_kernel(kernel: Kernel, name: str) -> str:
         lines.append(f"      {names[body]}")
         names[Acc(red.dtype, i)] = acc
     indent, at = "    ", "g" if kernel.vars else "0"
-    if kernel.stages:
+    if kernel.row:
         inner = dependent(kernel.outputs, set(kernel.row))
         emit(kernel.outputs, indent, only=set(schedule(kernel.outputs)) - inner)
         lines.append(f"    for {', '.join(f'{v} < {v.size}' for v in kernel.row) or 'one point'}:")

@@ -20,6 +20,10 @@ A class whose default kernel loads reduces it could compute per row (softmax's
 max and sum, layernorm's mean and variance) also gets a *row kernel* candidate
 (``engine.kernel.ir``): those reduces are recomputed inside it as stages, one
 row per work item or work-group, instead of being stored by kernels of their own.
+One whose default kernel loads a second reduce at its own output point (a gated
+unit's ``silu(x @ wg) * (x @ wu)``) gets a *siblings* candidate: a row kernel of
+one point per row whose stages are those reduces, so that a device can run them
+together (the cuBLAS device as one batched call) and store neither.
 
 Each candidate keeps the decisions that shaped it (``engine.kernel.decisions``): the rule that fused each
 class, why each input was left out, the store-vs-recompute numbers of shared classes.  Candidates are named
@@ -133,6 +137,7 @@ def kernelize(egraph: EGraph, max_root_forms: int = MAX_ROOT_FORMS) -> Kerneliza
             cands = [_Builder(plan, c, root, "form" if i else "default").build() for i, root in enumerate(roots)]
             if cands and cands[0] is not None and any(plan.holds_reduce(i) for i in cands[0].inputs):
                 cands.append(_RowBuilder(plan, c, roots[0], "row").build())  # it loads reduces: try recomputing them
+                cands.append(_SiblingBuilder(plan, c, roots[0], "siblings").build())
             for cand in cands:
                 if cand is None or c in cand.inputs or cand.id in result.candidates:
                     continue
@@ -421,6 +426,59 @@ class _RowBuilder(_Builder):
         self.fused.setdefault(c, "stage")
         rvars, inner = _reduce_index(shape, axes, idx)
         body = self.value(child, inner, _Where(in_reduce=True))
+        self.stage_of[(c, idx)] = len(self.stages)
+        self.stages.append(Reduce(self.egraph.node(n).op.removeprefix("reduce_"), rvars, body))
+        return Acc(body.dtype, len(self.stages) - 1)
+
+
+class _SiblingBuilder(_Builder):
+    """Builds the siblings kernel of the root class: every reduce outside a reduce body that the default kernel
+    would fuse or load as a second reduce becomes a stage, up to ``MAX_STAGES``; the kernel's row is one point.
+
+    A region holding a reduce is inlined outside the bodies even where it is shared (silu reads its argument
+    twice; the reduce is one stage per index).  Inside a body the default kernel's rules hold (a reduce, or a
+    shared region holding one, is loaded), so that each stage is a reduce a device can run alone.  None unless
+    two or more reduces became stages: with one it is the default kernel.
+    """
+
+    def __init__(self, regions: _Regions, output: ClassId, root: NodeId, grown: str) -> None:
+        super().__init__(regions, output, root, grown)
+        self.stages: list[Reduce] = []
+        self.stage_of: dict[tuple[ClassId, tuple[Idx, ...]], int] = {}
+
+    def build(self) -> Candidate | None:
+        cls = self.egraph.eclass(self.output)
+        gvars = tuple(Var(f"g{i}", d) for i, d in enumerate(cls.shape))
+        value = self.form(self.root, tuple(var(v) for v in gvars), _Where())
+        if len(self.stages) < 2:
+            return None
+        buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
+        kernel = Kernel(buffers, cls.shape, gvars, None, (value,), tuple(self.stages), gvars)
+        return self.candidate(kernel)
+
+    def _value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
+        regions = self.regions
+        if where.in_reduce or regions.is_leaf(c) or c in regions.outputs or not regions.holds_reduce(c):
+            return super()._value(c, idx, where)
+        self.note_sharing(c, False)
+        return self.form(regions.defaults[c], idx, where)
+
+    def _may_fuse_reduce(self, where: _Where) -> bool:
+        return not where.in_reduce and not where.broadcast and len(self.stages) < MAX_STAGES
+
+    def _unfusable(self, where: _Where) -> str:
+        return "stages" if not where.in_reduce and not where.broadcast else super()._unfusable(where)
+
+    def _reduce(self, n: NodeId, child: ClassId, shape: tuple[int, ...], axes: tuple[int, ...], idx, where) -> Expr:
+        c = self.egraph.find(n)
+        if (c, idx) in self.stage_of:
+            stage = self.stage_of[(c, idx)]
+            return Acc(self.stages[stage].dtype, stage)
+        if not self._may_fuse_reduce(where):
+            return self.load(c, idx, self._unfusable(where))
+        self.fused.setdefault(c, "sibling")
+        rvars, inner = _reduce_index(shape, axes, idx)
+        body = self.value(child, inner, _Where(in_reduce=True))  # reduces in the body are loaded
         self.stage_of[(c, idx)] = len(self.stages)
         self.stages.append(Reduce(self.egraph.node(n).op.removeprefix("reduce_"), rvars, body))
         return Acc(body.dtype, len(self.stages) - 1)

@@ -2,7 +2,7 @@
 
 A kernel is named by the program tensors whose values it computes (each as ``op_tensor``, in program
 order, constants left out); a kernel that computes no program tensor's value (a softmax's row max) by the tensor its class
-came from and its primitive (``y.max``).  Row kernels end in ``/row``; a name already taken gets ``#2``,
+came from and its primitive (``y.max``).  Row kernels end in ``/row``, siblings kernels in ``/siblings``; a name already taken gets ``#2``,
 ``#3`` in candidate order, so names are deterministic and unique within a kernelization.  The hash
 (``Kernel.name``) stays the id everywhere.
 """
@@ -40,7 +40,7 @@ def kernel_names(egraph: EGraph, candidates: Mapping[str, Candidate]) -> dict[st
             parts.append(_anonymous(egraph, cand))
         if len(parts) > MAX_PARTS:
             parts = [parts[0], "…", parts[-1]]
-        base = "+".join(parts) + ("/row" if cand.decisions.grown == "row" else "")
+        base = "+".join(parts) + (f"/{cand.decisions.grown}" if cand.decisions.grown in ("row", "siblings") else "")
         name, k = base, 1
         while name in taken:
             k += 1

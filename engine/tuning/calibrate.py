@@ -109,7 +109,7 @@ def family(variant: Variant) -> str:
 def shape(kernel: Kernel) -> str:
     """The shape class of ``kernel`` whose efficiency is fitted together."""
     if kernel.stages:
-        return "row"
+        return "siblings" if kernel.siblings else "row"
     if kernel.reduce is not None:
         return "matmul" if upcast_axes(kernel)[1] is not None and kernel.reduce.size > 1 else "reduce"
     if any(isinstance(e, Op) and e.op in TRANSCENDENTAL for e in schedule(kernel.exprs())):

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sample_graphs
-from engine import Tensor, from_tensors, load
+from engine import Tensor, from_tensors, load, run_reference
 from engine.devices import native
 from engine.devices.base import Nominal
 from engine.devices.evaluate import evaluate
@@ -146,6 +146,42 @@ def test_no_row_kernel_recomputes_a_normalisation_per_point_of_a_matmul():
     x, w = Tensor.input("x", (8, 16)), Tensor.input("w", (16, 32))
     kz = kernelized(from_tensors([(x.layernorm() @ w).relu().named("y")]))
     assert not [c for c in kz.candidates.values() if c.kernel.stages and c.kernel.row_size <= 1]
+
+
+def siblings(kz: Kernelization) -> list[Candidate]:
+    return [c for c in kz.candidates.values() if c.kernel.siblings]
+
+
+def test_kernelizer_offers_siblings_for_a_gated_units_products():
+    """swiglu's ``silu(norm @ wg) * (norm @ wu)``: both products as stages of one kernel of one point per row,
+    beside the default kernel (which stores the first product); the shared normalisation stays stored."""
+    kz = kernelized(load(sample_graphs.path("swiglu_mlp.small")))
+    (cand,) = siblings(kz)
+    kernel = cand.kernel
+    assert [s.op for s in kernel.stages] == ["sum", "sum"] and kernel.row_size == 1 and kernel.store == kernel.vars
+    assert not any(isinstance(e, Acc) for s in kernel.stages for e in schedule([s.body]))  # side by side
+    assert [f.rule for f in cand.decisions.fused].count("sibling") == 2 and cand.decisions.grown == "siblings"
+    assert kz.name(cand.id).endswith("/siblings")
+    default = kz.kernels(cand.output)[0]
+    assert default.kernel.reduce is not None and set(default.inputs) - set(cand.inputs)  # it loads a stored product
+
+
+def test_a_lone_reduce_gets_no_siblings_and_two_row_reduces_do():
+    """One reduce at the output point is the default kernel already; a sum and a max of one row are siblings,
+    which every device here declines with its reason, and the plan still verifies."""
+    x, w = Tensor.input("x", (8, 16)), Tensor.input("w", (16, 32))
+    assert not siblings(kernelized(from_tensors([(x @ w).relu().named("y")])))
+    program = from_tensors([(x.sum(-1) + x.max(-1)).named("y")])
+    (cand,) = siblings(kernelized(program))
+    assert sorted(s.op for s in cand.kernel.stages) == ["max", "sum"]
+    for device in (NumpyDevice(), LibraryDevice(), *DEVICES):
+        assert not device.supports(cand.kernel)
+    arrays = [program.input_values()["x"]]
+    host = NumpyDevice()
+    got = [np.empty(8, np.float32)]
+    host.launch(host.compile(cand.kernel), [a.reshape(-1) for a in arrays], got)  # evaluated, though declined
+    np.testing.assert_allclose(got[0], run_reference(program)["y"], rtol=1e-6)
+    assert compile_program(program, [NumpyDevice()], Options(tune=False, tune_cache=False)).verification.ok
 
 
 # -- correctness: numpy and OpenCL, every variant -----------------------------------------
