@@ -420,6 +420,7 @@ class CublasDevice(Device):
         return Source("cuBLAS call, then CUDA C (NVRTC)", "cuda", call + then + cuda.source(mm.epilogue, variant)[0])
 
     def _siblings_source(self, sib: Siblings, variant: Variant) -> Source:
+        """The shared prologues' CUDA C, each product's call (paired or not) and the output kernel's CUDA C."""
         n = len(sib.kernel.inputs)
         keys = [pro.key for pro in sib.prologues]
         text = "".join(f"// prologue {i + 1}: writes a factor the products read\n{cuda.source(pro, DEFAULT_VARIANT)[0]}\n"
@@ -429,13 +430,13 @@ class CublasDevice(Device):
                      f"the two {'A' if sib.paired == 'p' else 'B'} operands one batch stride apart (their buffers' "
                      "distance):\n")
         for i, mm in enumerate(sib.stages):
-            assert mm.strided is not None or sib.paired is None
             batch, m, k, nn = _dims(mm)
             reads = ", ".join(f"in{ld.input}" if ld.input < n else f"prologue {keys.index(mm.prologues[ld.input - n].key) + 1}"
                               for ld in (mm.a, mm.b))
             how = mm.strided.describe() if mm.strided is not None else "by cupy.matmul"
             text += f"// stage {i}: cuBLAS SGEMM (TF32 off) {batch} x ({m} x {k}) @ ({k} x {nn}) of {reads}: {how}\n"
-        text += (f"// then the output kernel, reading stage i's result as in{n}+i:\n"
+        text += (f"// then the output kernel, reading stage i's result as in{n}+i (in the calls above, in{n} and up are "
+                 "the prologues' scratch):\n"
                  f"{cuda.source(sib.output, variant)[0]}")
         return Source("cuBLAS calls, then CUDA C (NVRTC)", "cuda", text)
 
