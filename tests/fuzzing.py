@@ -380,9 +380,11 @@ def run_cache_scenario(target: str, fault: str, detail: Any, work: Path, base_en
     """Build a good cache, damage it, run twice: the first run must say so, the second must find it rebuilt."""
     cache = work / "cache"
     env = {**base_env, "ZYX_EXPLORE_CACHE": str(cache)}
-    graph = str(ROOT / "sample_graphs" / "softmax.small.json")
-    opencl = [] if target == "links" else ["--no-opencl"]
-    argv = ["export", graph, "-o", str(work / "out"), "--force", "--format", "dot", "--tune-variants", "2", *opencl]
+    # a tuning cache is read only for the kernels a run tunes, which follow measured times: one kernel on one
+    # device (elementwise on numpy) is tuned, and so read, by every run
+    graph = str(ROOT / "sample_graphs" / f"{'elementwise' if target == 'tuning' else 'softmax'}.small.json")
+    devices = {"links": [], "tuning": ["--no-opencl", "--no-native"]}.get(target, ["--no-opencl"])
+    argv = ["export", graph, "-o", str(work / "out"), "--force", "--format", "dot", "--tune-variants", "2", *devices]
     first = cli(argv, env)
     if first[0] not in ("ok", "located"):
         return {"outcome": first[0], "err": "building the good cache: " + first[2][-400:]}
@@ -393,7 +395,7 @@ def run_cache_scenario(target: str, fault: str, detail: Any, work: Path, base_en
             else:
                 _corrupt(victim, fault)
     elif target == "tuning":
-        victim = _tuning_file(cache, "native")
+        victim = _tuning_file(cache, "numpy")
         _entries_edited(victim, detail) if callable(detail) else _corrupt(victim, fault)
     else:
         victim = cache / "autotune" / "links.json"

@@ -567,9 +567,22 @@ def test_the_pair_works_out_its_batch_stride_from_the_operands_addresses():
             np.testing.assert_allclose(out[slot * 24 * 72:(slot + 1) * 24 * 72].reshape(24, 72), want, rtol=1e-5)
 
 
-def test_siblings_kernels_are_offered_on_cublas_alone():
-    """The CPU devices decline a siblings kernel (their separate kernels do the same work) and say why; a plan
-    on the host and the stand-in verifies either way."""
+def test_a_rows_reduces_side_by_side_are_one_nvrtc_row_kernel():
+    """Siblings that are no products (a row's max beside its mean) are an ordinary row kernel to this device."""
+    x = Tensor.input("x", (6, 300))
+    (kernel,) = _siblings(from_tensors({"y": x.max(-1) - x.mean(-1)}))
+    device = _host_cublas()
+    assert cuda_blas.as_siblings(kernel) is None and device.supports(kernel)
+    assert "cuBLAS" not in device.source(kernel).text
+    ins = [np.random.default_rng(2).standard_normal(1800).astype(np.float32)]
+    got = [np.full(6, np.nan, np.float32)]
+    device.launch(device.compile(kernel), ins, got)
+    np.testing.assert_allclose(got[0], _host_result(kernel, ins)[0], rtol=1e-6)
+
+
+def test_siblings_of_products_are_offered_on_cublas_alone():
+    """The CPU devices decline products side by side (each point would read their operands again) and say why; a
+    plan on the host and the stand-in verifies either way."""
     program = load(sample_graphs.path("swiglu_mlp.small"))
     (kernel,) = _siblings(program)
     assert NumpyDevice().unsupported(kernel) == SIBLINGS_ELSEWHERE

@@ -23,12 +23,29 @@ from typing import Any, Protocol
 import numpy as np
 
 from engine import units
-from engine.kernel.ir import Buffer, Kernel
+from engine.kernel.ir import Buffer, Kernel, Load, dependent
 from engine.kernel.schedule import DEFAULT_VARIANT, Variant
 
-SIBLINGS_ELSEWHERE = ("a siblings kernel (reduces side by side at each point) gains only where its reduces launch "
-                      "together (the cuBLAS device's one batched call); here the separate kernels do the same work")
-"""Why a device other than cuBLAS declines a siblings kernel: its stages would run as one point per work item."""
+SIBLINGS_ELSEWHERE = ("a siblings kernel of products (its stages read elements other output points read too) gains only "
+                      "where the products launch together (the cuBLAS device's one batched call); here each point would "
+                      "read its operands again, with no tile to share them")
+"""Why a device other than cuBLAS declines a siblings kernel of products."""
+
+
+def sibling_refusal(kernel: Kernel) -> str | None:
+    """``SIBLINGS_ELSEWHERE`` for a siblings kernel one of whose stages loads, inside its reduce, an element that
+    other output points load too (a load leaving a global axis unread: a product's operands); None for any other
+    kernel.  A device that runs one output point per work item runs such a kernel far slower than the separate
+    products; siblings that each read their own rows (a row's max beside its mean) read them once instead of
+    once per reduce."""
+    if not kernel.siblings:
+        return None
+    every = {v for v in kernel.vars if v.size > 1}
+    for stage in kernel.stages:
+        inner = dependent([stage.body], set(stage.vars))
+        if any(isinstance(e, Load) and not every <= e.index.variables() for e in inner):
+            return SIBLINGS_ELSEWHERE
+    return None
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices import staging
-from engine.devices.base import GPU_THREADS, Device, Link, Source
+from engine.devices.base import GPU_THREADS, Device, Link, Source, sibling_refusal
 from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction, is_contraction_load
 from engine.devices.row_plan import unfused
@@ -56,7 +56,8 @@ GEMM_SEEDS = (Variant(local_size=256, upcast=4, tile=8, smem=8), Variant(local_s
 """Implicit-GEMM variants timed first: ``local_size`` threads of ``tile x upcast`` outputs, k in slices of ``smem``."""
 _ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
 """cuBLAS's alpha and beta, read from the host."""
-NOT_SIBLING_PRODUCTS = "a siblings kernel whose stages are not all bare products (one cuBLAS call each)"
+NOT_SIBLING_PRODUCTS = ("a siblings kernel of products, not all of them bare (one cuBLAS call each, no epilogue): one "
+                        "point per thread would read their operands again at every point")
 SPIN = 'extern "C" __global__ void spin(long long cycles) { long long t = clock64(); while (clock64() - t < cycles) {} }'
 
 
@@ -318,23 +319,25 @@ class CublasDevice(Device):
         return self._plans[kernel.key]
 
     def _siblings(self, kernel: Kernel) -> Siblings | None:
+        """``as_siblings(kernel)``, made once; None at once for a kernel that is no siblings kernel."""
+        if not kernel.siblings:
+            return None
         if kernel.key not in self._sibling_plans:
             self._sibling_plans[kernel.key] = as_siblings(kernel)
         return self._sibling_plans[kernel.key]
 
     def unsupported(self, kernel: Kernel) -> str | None:
         """A matmul-shaped kernel always runs (cuBLAS), and a siblings kernel of bare products (``as_siblings``);
-        any other needs CUDA source (``cuda.cuda_error``)."""
-        if kernel.siblings:
-            return None if self._siblings(kernel) is not None else NOT_SIBLING_PRODUCTS
-        return None if self._matmul(kernel) is not None else cuda.cuda_error(kernel)
+        other siblings of products are declined; any other kernel needs CUDA source (``cuda.cuda_error``)."""
+        if self._siblings(kernel) is not None or self._matmul(kernel) is not None:
+            return None
+        return NOT_SIBLING_PRODUCTS if sibling_refusal(kernel) is not None else cuda.cuda_error(kernel)
 
     def variant_error(self, kernel: Kernel, variant: Variant) -> str | None:
         """NVRTC's kernels and epilogues take ``cuda.variant_error``'s variants, as a siblings kernel's output
         kernel does; a bare cuBLAS call none."""
-        if kernel.siblings:
-            sib = self._siblings(kernel)
-            return NOT_SIBLING_PRODUCTS if sib is None else cuda.variant_error(sib.output, variant)
+        if (sib := self._siblings(kernel)) is not None:
+            return cuda.variant_error(sib.output, variant)
         found = self._matmul(kernel)
         if found is None:
             return cuda.variant_error(kernel, variant)
@@ -347,7 +350,7 @@ class CublasDevice(Device):
     def seeds(self, kernel: Kernel) -> list[Variant]:
         """A contraction's implicit-GEMM tiles (128 x 64, 64 x 64, 128 x 128 outputs per block), timed against
         cuBLAS with its prologues; a row kernel's row held in registers (``cuda.row_seeds``)."""
-        if kernel.siblings:
+        if self._siblings(kernel) is not None:
             return []
         if kernel.stages:
             return cuda.row_seeds(kernel)
@@ -374,9 +377,7 @@ class CublasDevice(Device):
         return self._built[key]
 
     def compile(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Matmul | Nvrtc | Siblings:
-        if kernel.siblings:
-            sib = self._siblings(kernel)
-            assert sib is not None, NOT_SIBLING_PRODUCTS
+        if (sib := self._siblings(kernel)) is not None:
             self._start_blas()
             return replace(sib, built=self._build(sib.output, variant),
                            built_prologues=tuple(self._build(pro, DEFAULT_VARIANT) for pro in sib.prologues))
@@ -400,7 +401,7 @@ class CublasDevice(Device):
     def source(self, kernel: Kernel, variant: Variant = DEFAULT_VARIANT) -> Source:
         """NVRTC's CUDA C; for a matmul-shaped kernel its prologues' CUDA C, the cuBLAS call (a comment) and its
         epilogue's CUDA C; for a siblings kernel its products' prologues and calls, then its output kernel."""
-        if kernel.siblings and (sib := self._siblings(kernel)) is not None:
+        if (sib := self._siblings(kernel)) is not None:
             return self._siblings_source(sib, variant)
         mm = self._matmul(kernel)
         if mm is None:
@@ -686,7 +687,7 @@ class CublasDevice(Device):
         their tiles together where they are one paired call, each its own waves and launch where they are not."""
         nbytes = kernel.moved_bytes
         seconds = max(nbytes / self.bandwidth, 2 * kernel.numel * sum(r.size for r in kernel.reduces) / self.flops)
-        sib = self._siblings(kernel) if kernel.siblings else None
+        sib = self._siblings(kernel)
         mm = self._matmul(kernel) if kernel.reduce is not None else None
         products = sib.stages if sib is not None else (mm,) if mm is not None else ()
         if products:
@@ -722,7 +723,7 @@ class CublasDevice(Device):
         mm = self._matmul(kernel)
         if mm is not None and variant.smem and mm.gemm is not None:
             return self._gemm_estimate(mm.gemm, variant)
-        if mm is not None or kernel.siblings:
+        if mm is not None or self._siblings(kernel) is not None:
             return self.estimate(kernel)
         blocks, threads = cuda.grid(kernel, variant)
         fill = min(1.0, max(blocks * threads, 1) / (self.units * GPU_THREADS))

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import SIBLINGS_ELSEWHERE, Device, Source
+from engine.devices.base import Device, Source, sibling_refusal
 from engine.devices.numpy_device import HostMemory
 from engine.devices.source import fold_prelude
 from engine.fileio import CacheWarning, cache_root, read_bounded, set_aside, write_atomic
@@ -318,8 +318,8 @@ class NativeDevice(HostMemory, Device):
         return f"{self.compiler.key} | threads {self.threads} | wait {wait} | code {GENERATION}"
 
     def unsupported(self, kernel: Kernel) -> str | None:
-        if kernel.siblings:
-            return SIBLINGS_ELSEWHERE
+        if (refused := sibling_refusal(kernel)) is not None:
+            return refused
         try:
             check(kernel)
         except UnsupportedKernelError as e:

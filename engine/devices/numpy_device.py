@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.devices.base import SIBLINGS_ELSEWHERE, Device, Source
+from engine.devices.base import Device, Source, sibling_refusal
 from engine.devices.chunk_plan import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, product_factors
 from engine.devices.evaluate import run
 from engine.devices.row_plan import RowPlan, plan_rows
@@ -87,7 +87,7 @@ class NumpyDevice(HostMemory, Device):
         self._plans: dict[str, Plan] = {}
 
     def unsupported(self, kernel: Kernel) -> str | None:
-        return SIBLINGS_ELSEWHERE if kernel.siblings else None
+        return sibling_refusal(kernel)
 
     def _plan(self, kernel: Kernel) -> Plan:
         """The evaluation plan of ``kernel``, made once per kernel key (each execution compiles its launches)."""
@@ -175,8 +175,8 @@ class LibraryDevice(NumpyDevice):
         super().__init__(max_elements, threads, max_elements, parallel_elements)
 
     def unsupported(self, kernel: Kernel) -> str | None:
-        if kernel.siblings:
-            return SIBLINGS_ELSEWHERE
+        if (refused := sibling_refusal(kernel)) is not None:
+            return refused
         if kernel.stages:
             return "a row kernel (several reduce stages) is no library call"
         p = self._plan(kernel)  # on the kernel with split variables: heads read as g // k are affine there

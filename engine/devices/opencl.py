@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from engine.devices import staging
-from engine.devices.base import SIBLINGS_ELSEWHERE, Device, Nominal, Source
+from engine.devices.base import Device, Nominal, Source, sibling_refusal
 from engine.devices.source import opencl_source
 from engine.kernel.cost import work
 from engine.kernel.ir import Buffer, Kernel
@@ -225,8 +225,8 @@ class OpenCLDevice(Device):
     def unsupported(self, kernel: Kernel) -> str | None:
         """Why this device cannot run ``kernel``, or None when it can: f16 is always supported (``vload_half`` is
         core), f64 needs ``cl_khr_fp64``."""
-        if kernel.siblings:
-            return SIBLINGS_ELSEWHERE
+        if (refused := sibling_refusal(kernel)) is not None:
+            return refused
         try:
             check(kernel)
         except UnsupportedKernelError as e:

@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sample_graphs
-from engine import Tensor, from_tensors, load, run_reference
+from engine import Tensor, from_tensors, load
 from engine.devices import native
-from engine.devices.base import Nominal
+from engine.devices.base import SIBLINGS_ELSEWHERE, Nominal
 from engine.devices.evaluate import evaluate
 from engine.devices.numpy_device import LibraryDevice, NumpyDevice
 from engine.devices.opencl import discover
@@ -52,15 +52,17 @@ def kernelized(program: Program) -> Kernelization:
     return kernelize(egraph)
 
 
-def row_candidates(kz: Kernelization, name: str) -> list[Candidate]:
-    return [c for c in kz.kernels(kz.egraph.output_classes()[name]) if c.kernel.stages]
+def row_candidates(kz: Kernelization, name: str, siblings: bool = False) -> list[Candidate]:
+    """The row kernels (or, with ``siblings``, the siblings kernels) of output ``name``."""
+    return [c for c in kz.kernels(kz.egraph.output_classes()[name]) if c.kernel.stages and c.kernel.siblings == siblings]
 
 
-def row_case(program: Program) -> tuple[Kernel, list[np.ndarray], np.ndarray]:
-    """The row kernel of the program's one output (it must read only inputs), its inputs and the expected output."""
+def row_case(program: Program, siblings: bool = False) -> tuple[Kernel, list[np.ndarray], np.ndarray]:
+    """The row kernel (or siblings kernel) of the program's one output (it must read only inputs), its inputs and
+    the expected output."""
     kz = kernelized(program)
     ((name, _),) = kz.egraph.output_classes().items()
-    (cand,) = row_candidates(kz, name)
+    (cand,) = row_candidates(kz, name, siblings)
     values = program.input_values()
     names = [kz.egraph.node(kz.defaults[c]).param for c in cand.inputs]
     want = reference(program.lower(), values)[name]
@@ -166,22 +168,65 @@ def test_kernelizer_offers_siblings_for_a_gated_units_products():
     assert default.kernel.reduce is not None and set(default.inputs) - set(cand.inputs)  # it loads a stored product
 
 
-def test_a_lone_reduce_gets_no_siblings_and_two_row_reduces_do():
-    """One reduce at the output point is the default kernel already; a sum and a max of one row are siblings,
-    which every device here declines with its reason, and the plan still verifies."""
-    x, w = Tensor.input("x", (8, 16)), Tensor.input("w", (16, 32))
+def test_a_lone_reduce_gets_no_siblings_and_product_siblings_are_declined_off_cublas():
+    """One reduce at the output point is the default kernel already.  Siblings of products are declined by every
+    device here, with the reason; a row's sum beside its max is not (each point reads its own row)."""
+    x, w, v = Tensor.input("x", (8, 16)), Tensor.input("w", (16, 32)), Tensor.input("v", (16, 32))
     assert not siblings(kernelized(from_tensors([(x @ w).relu().named("y")])))
-    program = from_tensors([(x.sum(-1) + x.max(-1)).named("y")])
-    (cand,) = siblings(kernelized(program))
-    assert sorted(s.op for s in cand.kernel.stages) == ["max", "sum"]
-    for device in (NumpyDevice(), LibraryDevice(), *DEVICES):
-        assert not device.supports(cand.kernel)
-    arrays = [program.input_values()["x"]]
-    host = NumpyDevice()
-    got = [np.empty(8, np.float32)]
-    host.launch(host.compile(cand.kernel), [a.reshape(-1) for a in arrays], got)  # evaluated, though declined
-    np.testing.assert_allclose(got[0], run_reference(program)["y"], rtol=1e-6)
-    assert compile_program(program, [NumpyDevice()], Options(tune=False, tune_cache=False)).verification.ok
+    (products,) = siblings(kernelized(from_tensors([((x @ w) * (x @ v)).named("y")])))
+    (rows,) = siblings(kernelized(from_tensors([(x.sum(-1) + x.max(-1)).named("y")])))
+    assert sorted(s.op for s in rows.kernel.stages) == ["max", "sum"]
+    for device in (NumpyDevice(), LibraryDevice(), *DEVICES, *native_devices()):
+        assert device.unsupported(products.kernel) == SIBLINGS_ELSEWHERE
+    assert NumpyDevice().supports(rows.kernel) and not LibraryDevice().supports(rows.kernel)
+    assert all(d.supports(rows.kernel) for d in (*DEVICES, *native_devices()))
+
+
+SIBLING_CASES = {
+    "max_minus_mean": (lambda x: x.max(-1) - x.mean(-1), (5, 37)),
+    "three": (lambda x: x.sum(-1) * x.max(-1) - (-x).max(-1), (6, 29)),
+    "two_axes": (lambda x: x.max((1, 2)) - x.mean((1, 2)), (3, 4, 5)),
+    "first_axis": (lambda x: x.sum(0) + (x * x).sum(0), (67, 3)),
+    "one_row": (lambda x: x.max(-1) - x.sum(-1), (1, 1000)),
+}
+
+
+@pytest.mark.parametrize("case", list(SIBLING_CASES))
+def test_siblings_of_row_reduces_match_the_reference_everywhere(case):
+    """Each point's reduces over its own row, side by side: the numpy evaluator and device, every OpenCL device in
+    every variant and the native device give the reference's values."""
+    build, shape = SIBLING_CASES[case]
+    kernel, arrays, want = row_case(_program(build, shape), siblings=True)
+    assert kernel.row_size == 1 and len(kernel.stages) >= 2
+    check_everywhere(kernel, arrays, want)
+
+
+def test_siblings_of_f16_integer_special_and_empty_rows_match_the_reference():
+    """Half rows, integer extremes (a wrapping sum beside a max), NaN, infinities and signed zeros, and no rows."""
+    x16 = Tensor.input("x", (3, 70), DType.F16)
+    xi = Tensor.input("x", (4, 33), DType.I32, Init.uniform(3, -2.0**31, 2.0**31 - 1))
+    special = [[math.nan, 1, 2, 3], [math.inf, 0, -1, 2], [-math.inf, -math.inf, 0, 1], [-0.0, 0.0, -0.0, -0.0]]
+    xs = Tensor.input("x", (4, 4), init=Init("values", {"values": special}))
+    empty = Tensor.input("x", (0, 5))
+    for x in (x16, xi, xs, empty):
+        kernel, arrays, want = row_case(from_tensors([(x.max(-1) + x.sum(-1)).named("y")]), siblings=True)
+        check_everywhere(kernel, arrays, want)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 5), st.integers(2, 70), st.lists(st.sampled_from(["sum", "max", "min", "sumsq"]),
+                                                      min_size=2, max_size=4, unique=True))
+def test_random_siblings_match_the_reference(rows, cols, reduces):
+    """2-4 distinct reduces of each row (a reduce over one element is none; a mean is its row's sum, shared)."""
+    x = Tensor.input("x", (rows, cols))
+    forms = {"sum": x.sum(-1), "max": x.max(-1), "min": -(-x).max(-1), "sumsq": (x * x).sum(-1)}
+    parts = [forms[r] for r in reduces]
+    y = parts[0]
+    for p in parts[1:]:
+        y = y * 0.5 + p
+    kernel, arrays, want = row_case(from_tensors([y.named("y")]), siblings=True)
+    assert len(kernel.stages) == len(reduces)
+    check_everywhere(kernel, arrays, want)
 
 
 # -- correctness: numpy and OpenCL, every variant -----------------------------------------
