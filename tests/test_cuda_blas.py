@@ -84,12 +84,15 @@ class _HostCublas(cuda_blas.CublasDevice):
     def _address(array):
         return array.__array_interface__["data"][0]
 
-    def _sgemm_pair(self, call, side, shared, varying, x):
-        """The device's pairing on the two operands copied into one buffer, so that the batch stride it works
-        out from their addresses stays inside what ``sgemm_strided_on_host`` may read."""
-        assert self._address(varying[0]) < self._address(varying[1])
-        joint = np.concatenate(varying)
-        super()._sgemm_pair(call, side, shared, (joint, joint[varying[0].size:]), x)
+    def _sgemm_pair(self, calls, side, shared, varying, x):
+        """The device's pairing, two operand buffers first copied into one, so that the batch stride it works out
+        from their addresses stays inside what ``sgemm_strided_on_host`` may read."""
+        starts = [self._start(v, getattr(c, side)) for v, c in zip(varying, calls)]
+        assert starts[0] < starts[1]
+        if varying[0] is not varying[1]:
+            joint = np.concatenate(varying)
+            varying = (joint, joint[varying[0].size:])
+        super()._sgemm_pair(calls, side, shared, varying, x)
 
     def _build(self, kernel, variant):
         host = NumpyDevice()
@@ -547,6 +550,21 @@ def test_a_gated_units_products_run_as_siblings_paired_where_they_share_an_opera
     assert ("cublasSgemmStridedBatched of 2" in text) == shared and text.count("// stage ") == 2
 
 
+def test_two_slices_of_one_fused_weight_are_paired_too():
+    """A gate-and-up weight stored as one (40, 144) array: its two halves are one buffer at two offsets."""
+    x, w = Tensor.input("x", (24, 40)), Tensor.input("w", (40, 144))
+    gate, up = w.slice([0], [72], [1]), w.slice([72], [144], [1])
+    (kernel,) = _siblings(from_tensors({"y": (x @ gate).silu() * (x @ up)}))
+    sib = cuda_blas.as_siblings(kernel)
+    assert sib is not None and sib.paired is not None and len(kernel.inputs) == 2
+    device = _host_cublas()
+    rng = np.random.default_rng(4)
+    ins = [rng.standard_normal(b.numel).astype(np.float32) for b in kernel.inputs]
+    got = [np.full(24 * 72, np.nan, np.float32)]
+    device.launch(device.compile(kernel), ins, got)
+    np.testing.assert_allclose(got[0], _host_result(kernel, ins)[0], rtol=1e-5, atol=1e-5)
+
+
 def test_the_pair_works_out_its_batch_stride_from_the_operands_addresses():
     """Two weights at either order in one buffer: the call reads each at its own place, and each stage's
     result lands in its slot."""
@@ -561,7 +579,7 @@ def test_the_pair_works_out_its_batch_stride_from_the_operands_addresses():
     for lo, hi in ((0, 2), (1, 2)):
         first, second = base[lo * 40 * 72:], base[hi * 40 * 72:]
         out = np.full(2 * 24 * 72, np.nan, np.float32)
-        cuda_blas.CublasDevice._sgemm_pair(device, call, side, shared, (first, second), out)
+        cuda_blas.CublasDevice._sgemm_pair(device, (call, call), side, shared, (first, second), out)
         for slot, w in enumerate((first, second)):
             want = x.reshape(24, 40).astype(np.float64) @ w[:40 * 72].reshape(40, 72)
             np.testing.assert_allclose(out[slot * 24 * 72:(slot + 1) * 24 * 72].reshape(24, 72), want, rtol=1e-5)

@@ -200,8 +200,9 @@ class Siblings:
     scratch buffer, the prologues they share made once, then ``output`` (reading the kernel's inputs and each
     stage's result, in stage order) by NVRTC.
 
-    Two stages whose strided calls differ only in one operand's buffer (``paired`` names that side, ``p`` or
-    ``q``: a gated unit's two weights beside one shared activation) run as one strided-batched call of two.
+    Two stages whose strided calls differ only in where one operand starts (``paired`` names that side, ``p`` or
+    ``q``: a gated unit's two weights beside one shared activation, or two slices of one fused weight) run as one
+    strided-batched call of two.
     """
 
     kernel: Kernel
@@ -231,7 +232,8 @@ def as_siblings(kernel: Kernel) -> Siblings | None:
 
 
 def _paired(stages: tuple[Matmul, ...]) -> str | None:
-    """The side (``p`` or ``q``) on which two stages' strided calls differ only by buffer, or None."""
+    """The side (``p`` or ``q``) on which two stages' strided calls differ only in where the matrix starts (its
+    buffer, or its offset in one buffer: two slices of a fused gate-and-up weight), or None."""
     if len(stages) != 2 or any(mm.strided is None or mm.strided.batch != 1 for mm in stages):
         return None
     first, second = (mm.strided for mm in stages)
@@ -247,7 +249,7 @@ def _paired(stages: tuple[Matmul, ...]) -> str | None:
         return None
     for side, other in (("p", "q"), ("q", "p")):
         a, b = operand(stages[0], side), operand(stages[1], side)
-        if operand(stages[0], other) == operand(stages[1], other) and a[0] != b[0] and a[1:] == b[1:]:
+        if operand(stages[0], other) == operand(stages[1], other) and a[:2] != b[:2] and a[2:] == b[2:]:
             return side
     return None
 
@@ -535,14 +537,21 @@ class CublasDevice(Device):
     def _address(array: Any) -> int:
         return int(array.data.ptr)
 
-    def _sgemm_pair(self, call: StridedCall, side: str, shared: Any, varying: tuple[Any, Any], x: Any) -> None:
-        """``call`` (a batch of 1) for each ``varying`` operand on ``side`` (``p`` or ``q``; the second at the
-        higher address), the other operand ``shared``: one strided-batched call of 2 whose varying batch stride is
-        the buffers' distance, the results ``rows * cols`` apart in ``x``."""
-        step = (self._address(varying[1]) - self._address(varying[0])) // 4
-        pair = replace(call, batch=2, x=replace(call.x, batch_stride=call.rows * call.cols),
-                       p=replace(call.p, batch_stride=step if side == "p" else 0),
-                       q=replace(call.q, batch_stride=step if side == "q" else 0))
+    def _start(self, array: Any, matrix: Any) -> int:
+        """The address of ``matrix``'s first element in ``array``."""
+        return self._address(array) + 4 * matrix.offset
+
+    def _sgemm_pair(self, calls: tuple[StridedCall, StridedCall], side: str, shared: Any, varying: tuple[Any, Any],
+                    x: Any) -> None:
+        """Two calls (each a batch of 1) that differ only in their ``side`` (``p`` or ``q``) matrix, read from
+        ``varying`` (the second starting at the higher address), the other operand ``shared``: one
+        strided-batched call of 2 whose batch stride on that side is the matrices' distance, the results
+        ``rows * cols`` apart in ``x``."""
+        first = calls[0]
+        step = (self._start(varying[1], getattr(calls[1], side)) - self._start(varying[0], getattr(first, side))) // 4
+        pair = replace(first, batch=2, x=replace(first.x, batch_stride=first.rows * first.cols),
+                       p=replace(first.p, batch_stride=step if side == "p" else 0),
+                       q=replace(first.q, batch_stride=step if side == "q" else 0))
         p, q = (varying[0], shared) if side == "p" else (shared, varying[0])
         self._sgemm_strided(pair, p, q, x)
 
@@ -560,15 +569,14 @@ class CublasDevice(Device):
             calls += [self._gemm(mm, ops, slot) for mm, ops, slot in zip(sib.stages, operands, slots)]
         else:
             side = sib.paired
-            call = sib.stages[0].strided
-            assert call is not None
-            other = call.q if side == "p" else call.p
-            varying = [ops[getattr(mm.strided, side).input] for mm, ops in zip(sib.stages, operands)]
-            if self._address(varying[1]) < self._address(varying[0]):  # the stage at the lower address goes first
-                varying.reverse()
-                slots.reverse()
-            pair = (varying[0], varying[1])
-            calls.append(lambda: self._sgemm_pair(call, side, operands[0][other.input], pair, results))
+            strided = [mm.strided for mm in sib.stages]
+            varying = [ops[getattr(c, side).input] for c, ops in zip(strided, operands)]
+            other = getattr(strided[0], "q" if side == "p" else "p")
+            if self._start(varying[1], getattr(strided[1], side)) < self._start(varying[0], getattr(strided[0], side)):
+                for order in (strided, varying, slots):  # the stage whose matrix starts lower goes first
+                    order.reverse()
+            pair, both = (varying[0], varying[1]), (strided[0], strided[1])
+            calls.append(lambda: self._sgemm_pair(both, side, operands[0][other.input], pair, results))
         built = sib.built
         assert built is not None
         calls.append(lambda: self._nvrtc(built, [*inputs, *slots, *outputs]))
