@@ -31,6 +31,7 @@ from engine.kernel.ir import Acc, Buffer, Kernel, Load, Op, Reduce, schedule
 from engine.kernel.kernelize import Candidate, Kernelization, kernelize
 from engine.kernel.render.base import UnsupportedKernelError, check
 from engine.kernel.render.c import ROW_VECTOR, stored_summand
+from engine.kernel.render.c import source as c_source
 from engine.kernel.render.opencl import generate
 from engine.kernel.schedule import DEFAULT_VARIANT, InvalidVariantError, Variant, launch_size
 from engine.pipeline import Options, compile_program, extract, run
@@ -315,6 +316,17 @@ def test_group_variant_source_and_launch():
     for bad in (Variant(upcast=2), Variant(unroll=2), Variant(group=12), Variant(group=16, local_size=8)):
         with pytest.raises(InvalidVariantError):
             generate(kernel, bad)
+
+
+def test_siblings_stages_share_one_loop_and_its_loads():
+    """A row's max beside its mean: one loop, each element loaded once, the sum in blocks beside the max; on the
+    native device's vectorised variant one ``omp simd`` reducing both."""
+    kernel, _, _ = row_case(_program(lambda x: x.max(-1) - x.mean(-1), (5, 300)), siblings=True)
+    source = generate(kernel, DEFAULT_VARIANT)
+    assert source.count("in0[") == 1 and source.count("for (int ri") == 1 and "part1 = part1 + " in source
+    assert "omp simd reduction(zx_max_f:acc0) reduction(+:acc1)" in c_source([(kernel, ROW_VECTOR)], 2, False, False)
+    grouped = generate(kernel, Variant(group=16))
+    assert grouped.count("in0[") == 2  # a work-group per point: a group reduce per stage
 
 
 def test_a_stage_reading_a_later_stage_is_unsupported():

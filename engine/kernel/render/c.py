@@ -391,6 +391,13 @@ class CRowEmitter(CFunction, RowEmitter):
             return f"#pragma omp simd reduction({reduction(red.dtype, red.op)}:{acc})"
         return None
 
+    def siblings_pragma(self) -> str | None:
+        """One ``omp simd`` reducing every stage in the vectorised variant."""
+        if self.native != ROW_VECTOR:
+            return None
+        clauses = " ".join(f"reduction({reduction(s.dtype, s.op)}:acc{i})" for i, s in enumerate(self.kernel.stages))
+        return f"#pragma omp simd {clauses}"
+
     def stage_stores(self, i: int, body: Expr, sub: Subst) -> list[str]:
         """The stored summand's stage writes it into its output's row (``stored_summand``)."""
         if self.stored is None or self.stored[0] != i:

@@ -6,7 +6,7 @@ reduce initial values and combines are the ``CStyleEmitter``'s.  Variants (which
 
 * default (``local_size`` may be set): one work item per row; each stage is a
   loop over its reduce (its loop-invariant part hoisted), then a loop over the
-  row stores the outputs;
+  row stores the outputs; a siblings kernel's stages of one size share one loop;
 * ``group``: one work-group per row; each stage is a group reduce (strided
   partial loops, a tree in local memory whose result every item reads), then
   the items store the row's outputs, strided by the group size, so the row's
@@ -56,7 +56,12 @@ class RowEmitter(CStyleEmitter):
 
     def row(self) -> None:
         """Each stage's reduce, then the row's outputs (the row's global variables decomposed already)."""
-        for i, stage in enumerate(self.kernel.stages):
+        stages = self.kernel.stages
+        if self.variant.group <= 1 and self.kernel.siblings and len({s.size for s in stages}) == 1:
+            self.sibling_loop()
+        for i, stage in enumerate(stages):
+            if Acc(stage.dtype, i) in self.names:
+                continue
             if self.variant.group > 1:
                 self.group_stage(i, stage)
             else:
@@ -72,6 +77,10 @@ class RowEmitter(CStyleEmitter):
     def loop_pragma(self, red: Reduce | None, acc: str) -> str | None:
         """A line before a row loop that has no blocks (``red``'s accumulating into ``acc``; None: the outputs'
         loop), for a compiler to vectorise it; OpenCL has none."""
+        return None
+
+    def siblings_pragma(self) -> str | None:
+        """``loop_pragma`` of ``sibling_loop``'s one loop, accumulating every stage; OpenCL has none."""
         return None
 
     def stage_stores(self, i: int, body: Expr, sub: Subst) -> list[str]:
@@ -139,6 +148,33 @@ class RowEmitter(CStyleEmitter):
                          lambda: [f"part = {self.combine(red, 'part', self.names[body])};",
                                   *self.stage_stores(i, body, sub)],
                          (f"  {acc} = {self.combine(red, acc, 'part')};", "}"))
+
+    def sibling_loop(self) -> None:
+        """A siblings kernel's stages (independent, one size) as one loop on one work item, ``acc<i>`` each, so
+        that an element their bodies share is loaded once for all of them.  Float sums of more than ``BLOCK``
+        terms add in blocks, as ``loop_stage``'s do, unless the loop has a pragma."""
+        stages = self.kernel.stages
+        flat, _ = flat_reduce(stages[0].vars)
+        self.vars[flat] = "ri"
+        bodies = [rewrite([s.body], flat_reduce(s.vars)[1])[0] for s in stages]
+        pragma = self.siblings_pragma()
+        blocked = [pragma is None and s.op == "sum" and s.dtype.is_float and flat.size > BLOCK for s in stages]
+        before = [f"{COMPUTE[s.dtype]} acc{i} = {self.init(s)};" for i, s in enumerate(stages)]
+        header, after = self.header(flat), ()
+        if any(blocked):
+            before += [f"for ({self.itype} rb = 0; rb < {flat.size}; rb += {BLOCK}) {{",
+                       *(f"  {COMPUTE[s.dtype]} part{i} = {self.init(s)};" for i, s in enumerate(stages) if blocked[i])]
+            header = self.header(flat, "rb", 1, f"min(rb + {BLOCK}, {self.ilit(flat.size)})")
+            after = (*(f"  acc{i} = {self.combine(s, f'acc{i}', f'part{i}')};" for i, s in enumerate(stages)
+                       if blocked[i]), "}")
+
+        def accumulate() -> list[str]:
+            into = [f"part{i}" if blocked[i] else f"acc{i}" for i in range(len(stages))]
+            return [f"{a} = {self.combine(s, a, self.names[b])};" for a, s, b in zip(into, stages, bodies)]
+
+        self.scoped_loop(bodies, {flat}, [header], before, accumulate, after, pragma=pragma)
+        for i, s in enumerate(stages):
+            self.names[Acc(s.dtype, i)] = f"acc{i}"
 
     def group_stage(self, i: int, red: Reduce) -> None:
         """Stage ``i`` across the work-group: strided partials, a tree in local memory, ``acc<i>`` in every item."""
