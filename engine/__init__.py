@@ -23,7 +23,7 @@ A what-if: the plan re-extracted with a class pinned to a device, and its delta 
 (True, True)
 """
 
-from engine import units
+from engine import blas_threads, units  # noqa: F401  (blas_threads first: OpenBLAS's thread timeout, before numpy)
 from engine.devices import discover
 from engine.devices.base import Device
 from engine.devices.source import device_source

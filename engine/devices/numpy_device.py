@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from engine import blas_threads
 from engine.devices.base import Device, Source, sibling_refusal
 from engine.devices.chunk_plan import CHUNK_ELEMENTS, MAX_ELEMENTS, Plan, plan, product_factors
 from engine.devices.evaluate import run
@@ -66,7 +67,8 @@ class NumpyDevice(HostMemory, Device):
 
     name = "numpy"
     pool = HOST
-    driver_version = f"numpy {np.__version__}"
+    driver_version = f"numpy {np.__version__} | openblas thread timeout {blas_threads.IN_EFFECT}"
+    """numpy's version and OpenBLAS's thread timeout (``engine.blas_threads``): part of the tuning cache's key."""
     bandwidth = 7e9
     """Nominal bytes/s of host memory as numpy streams it."""
     throughput = 1.0e9
