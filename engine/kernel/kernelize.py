@@ -262,9 +262,12 @@ class _Builder:
         gvars = tuple(Var(f"g{i}", d) for i, d in enumerate(cls.shape))
         value = self.form(self.root, tuple(var(v) for v in gvars), _Where())
         reduce = self.reduce[2] if self.reduce else None
-        buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
-        kernel = Kernel(buffers, cls.shape, gvars, reduce, (value,))
+        kernel = Kernel(self.buffers(), cls.shape, gvars, reduce, (value,))
         return self.candidate(kernel)
+
+    def buffers(self) -> tuple[Buffer, ...]:
+        """The types of the kernel's inputs so far, in order."""
+        return tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
 
     def candidate(self, kernel: Kernel) -> Candidate:
         decisions = Decisions(self.grown, self.root, tuple(Fused(c, r) for c, r in self.fused.items()),
@@ -378,7 +381,33 @@ def _reduce_index(shape: tuple[int, ...], axes: tuple[int, ...], idx: tuple[Idx,
     return rvars, tuple(inner)
 
 
-class _RowBuilder(_Builder):
+class _StageBuilder(_Builder):
+    """A builder whose kernel computes its reduces as ``stages`` (each reduce at one index once)."""
+
+    def __init__(self, regions: _Regions, output: ClassId, root: NodeId, grown: str) -> None:
+        super().__init__(regions, output, root, grown)
+        self.stages: list[Reduce] = []
+        self.stage_of: dict[tuple[ClassId, tuple[Idx, ...]], int] = {}
+
+    def staged(self, c: ClassId, idx: tuple[Idx, ...]) -> Acc | None:
+        """The result of the stage computing reduce class ``c`` at ``idx``, if there is one already."""
+        stage = self.stage_of.get((c, idx))
+        return None if stage is None else Acc(self.stages[stage].dtype, stage)
+
+    def add_stage(self, n: NodeId, child: ClassId, shape: tuple[int, ...], axes: tuple[int, ...],
+                  idx: tuple[Idx, ...], rule: str) -> Acc:
+        """Reduce node ``n`` (over ``axes`` of ``child``, of ``shape``) at ``idx`` as a new stage, fused by ``rule``;
+        reduces in its body are loaded."""
+        c = self.egraph.find(n)
+        self.fused.setdefault(c, rule)
+        rvars, inner = _reduce_index(shape, axes, idx)
+        body = self.value(child, inner, _Where(in_reduce=True))
+        self.stage_of[(c, idx)] = len(self.stages)
+        self.stages.append(Reduce(self.egraph.node(n).op.removeprefix("reduce_"), rvars, body))
+        return Acc(body.dtype, len(self.stages) - 1)
+
+
+class _RowBuilder(_StageBuilder):
     """Builds the row kernel of the root class: reduces it would load become stages where they can.
 
     The first reduce reached outside a reduce body whose index leaves an output axis of size > 1 unread fixes
@@ -389,8 +418,6 @@ class _RowBuilder(_Builder):
 
     def __init__(self, regions: _Regions, output: ClassId, root: NodeId, grown: str) -> None:
         super().__init__(regions, output, root, grown)
-        self.stages: list[Reduce] = []
-        self.stage_of: dict[tuple[ClassId, tuple[Idx, ...]], int] = {}
         self.store: tuple[Var, ...] = ()
         self.outer: set[Var] | None = None
 
@@ -402,8 +429,7 @@ class _RowBuilder(_Builder):
             return None
         assert self.outer is not None
         gvars = tuple(v for v in self.store if v in self.outer)
-        buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
-        kernel = Kernel(buffers, tuple(v.size for v in gvars), gvars, None, (value,), tuple(self.stages), self.store)
+        kernel = Kernel(self.buffers(), tuple(v.size for v in gvars), gvars, None, (value,), tuple(self.stages), self.store)
         return self.candidate(kernel)
 
     def _value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
@@ -415,23 +441,17 @@ class _RowBuilder(_Builder):
 
     def _reduce(self, n: NodeId, child: ClassId, shape: tuple[int, ...], axes: tuple[int, ...], idx, where) -> Expr:
         c = self.egraph.find(n)
-        if (c, idx) in self.stage_of:
-            stage = self.stage_of[(c, idx)]
-            return Acc(self.stages[stage].dtype, stage)
+        if (acc := self.staged(c, idx)) is not None:
+            return acc
         reads = set().union(*(i.variables() for i in idx))
         if self.outer is None and not where.in_reduce and reads < {v for v in self.store if v.size > 1}:
             self.outer = reads  # a row of more than one point: its stages are computed once for all of them
         if self.outer is None or not reads <= self.outer or len(self.stages) >= MAX_STAGES:
             return self.load(c, idx, "stages" if len(self.stages) >= MAX_STAGES else "not-per-row")
-        self.fused.setdefault(c, "stage")
-        rvars, inner = _reduce_index(shape, axes, idx)
-        body = self.value(child, inner, _Where(in_reduce=True))
-        self.stage_of[(c, idx)] = len(self.stages)
-        self.stages.append(Reduce(self.egraph.node(n).op.removeprefix("reduce_"), rvars, body))
-        return Acc(body.dtype, len(self.stages) - 1)
+        return self.add_stage(n, child, shape, axes, idx, "stage")
 
 
-class _SiblingBuilder(_Builder):
+class _SiblingBuilder(_StageBuilder):
     """Builds the siblings kernel of the root class: every reduce outside a reduce body that the default kernel
     would fuse or load as a second reduce becomes a stage, up to ``MAX_STAGES``; the kernel's row is one point.
 
@@ -441,19 +461,13 @@ class _SiblingBuilder(_Builder):
     two or more reduces became stages: with one it is the default kernel.
     """
 
-    def __init__(self, regions: _Regions, output: ClassId, root: NodeId, grown: str) -> None:
-        super().__init__(regions, output, root, grown)
-        self.stages: list[Reduce] = []
-        self.stage_of: dict[tuple[ClassId, tuple[Idx, ...]], int] = {}
-
     def build(self) -> Candidate | None:
         cls = self.egraph.eclass(self.output)
         gvars = tuple(Var(f"g{i}", d) for i, d in enumerate(cls.shape))
         value = self.form(self.root, tuple(var(v) for v in gvars), _Where())
         if len(self.stages) < 2:
             return None
-        buffers = tuple(Buffer(self.egraph.eclass(c).shape, self.egraph.eclass(c).dtype) for c in self.inputs)
-        kernel = Kernel(buffers, cls.shape, gvars, None, (value,), tuple(self.stages), gvars)
+        kernel = Kernel(self.buffers(), cls.shape, gvars, None, (value,), tuple(self.stages), gvars)
         return self.candidate(kernel)
 
     def _value(self, c: ClassId, idx: tuple[Idx, ...], where: _Where) -> Expr:
@@ -471,14 +485,8 @@ class _SiblingBuilder(_Builder):
 
     def _reduce(self, n: NodeId, child: ClassId, shape: tuple[int, ...], axes: tuple[int, ...], idx, where) -> Expr:
         c = self.egraph.find(n)
-        if (c, idx) in self.stage_of:
-            stage = self.stage_of[(c, idx)]
-            return Acc(self.stages[stage].dtype, stage)
+        if (acc := self.staged(c, idx)) is not None:
+            return acc
         if not self._may_fuse_reduce(where):
             return self.load(c, idx, self._unfusable(where))
-        self.fused.setdefault(c, "sibling")
-        rvars, inner = _reduce_index(shape, axes, idx)
-        body = self.value(child, inner, _Where(in_reduce=True))  # reduces in the body are loaded
-        self.stage_of[(c, idx)] = len(self.stages)
-        self.stages.append(Reduce(self.egraph.node(n).op.removeprefix("reduce_"), rvars, body))
-        return Acc(body.dtype, len(self.stages) - 1)
+        return self.add_stage(n, child, shape, axes, idx, "sibling")
