@@ -36,7 +36,7 @@ from engine.devices.base import GPU_THREADS, Device, Link, Source, sibling_refus
 from engine.devices.chunk_plan import Plan, plan
 from engine.devices.numpy_device import contraction, is_contraction_load
 from engine.devices.row_plan import unfused
-from engine.devices.strided_gemm import StridedCall, strided_call
+from engine.devices.strided_gemm import Matrix, StridedCall, strided_call
 from engine.kernel.index import flatten, var
 from engine.kernel.ir import Acc, Buffer, Expr, Kernel, Load, Reduce, map_exprs, schedule
 from engine.kernel.render import cuda, cuda_gemm
@@ -56,8 +56,9 @@ GEMM_SEEDS = (Variant(local_size=256, upcast=4, tile=8, smem=8), Variant(local_s
 """Implicit-GEMM variants timed first: ``local_size`` threads of ``tile x upcast`` outputs, k in slices of ``smem``."""
 _ONE, _ZERO = np.ones(1, np.float32), np.zeros(1, np.float32)
 """cuBLAS's alpha and beta, read from the host."""
-NOT_SIBLING_PRODUCTS = ("a siblings kernel of products, not all of them bare (one cuBLAS call each, no epilogue): one "
-                        "point per thread would read their operands again at every point")
+NOT_SIBLING_PRODUCTS = ("a siblings kernel of products that are not all cuBLAS calls (float32, with m and n axes), or "
+                        "whose output has no CUDA source: one point per thread would read their operands again at every "
+                        "point")
 SPIN = 'extern "C" __global__ void spin(long long cycles) { long long t = clock64(); while (clock64() - t < cycles) {} }'
 
 
@@ -220,13 +221,14 @@ class Siblings:
 
 def as_siblings(kernel: Kernel) -> Siblings | None:
     """``kernel`` as cuBLAS products side by side, or None: not a siblings kernel, a stage that reads another's
-    result or is not one bare product (``as_matmul`` with no epilogue), or an output kernel without CUDA source."""
+    result or is not one product (``as_matmul``; its output is the bare sum), or an output kernel without CUDA
+    source."""
     if not kernel.siblings or any(isinstance(e, Acc) for s in kernel.stages for e in schedule([s.body])):
         return None
     stages = tuple(as_matmul(Kernel(kernel.inputs, kernel.shape, kernel.vars, s, (Acc(s.dtype),)))
                    for s in kernel.stages)
     output = unfused(kernel)[-1]
-    if any(mm is None or mm.epilogue is not None for mm in stages) or cuda.cuda_error(output) is not None:
+    if any(mm is None for mm in stages) or cuda.cuda_error(output) is not None:
         return None
     return Siblings(kernel, stages, output, _paired(stages))  # type: ignore[arg-type]
 
@@ -430,8 +432,8 @@ class CublasDevice(Device):
                        for i, pro in enumerate(sib.prologues))
         if sib.paired is not None:
             text += (f"// {sib.kernel.name}: its {len(sib.stages)} products as one cublasSgemmStridedBatched of 2, "
-                     f"the two {'A' if sib.paired == 'p' else 'B'} operands one batch stride apart (their buffers' "
-                     "distance):\n")
+                     f"the two {'A' if sib.paired == 'p' else 'B'} operands one batch stride apart (the distance "
+                     "between their starts):\n")
         for i, mm in enumerate(sib.stages):
             batch, m, k, nn = _dims(mm)
             reads = ", ".join(f"in{ld.input}" if ld.input < n else f"prologue {keys.index(mm.prologues[ld.input - n].key) + 1}"
@@ -537,7 +539,7 @@ class CublasDevice(Device):
     def _address(array: Any) -> int:
         return int(array.data.ptr)
 
-    def _start(self, array: Any, matrix: Any) -> int:
+    def _start(self, array: Any, matrix: Matrix) -> int:
         """The address of ``matrix``'s first element in ``array``."""
         return self._address(array) + 4 * matrix.offset
 
