@@ -598,6 +598,15 @@ def test_a_rows_reduces_side_by_side_are_one_nvrtc_row_kernel():
     np.testing.assert_allclose(got[0], _host_result(kernel, ins)[0], rtol=1e-6)
 
 
+def test_siblings_of_half_products_are_declined_with_the_reason():
+    """f16 products are no cuBLAS calls here, and one point per thread is no way to run them."""
+    x = Tensor.input("x", (24, 40), DType.F16)
+    w, v = Tensor.input("w", (40, 72), DType.F16), Tensor.input("v", (40, 72), DType.F16)
+    (kernel,) = _siblings(from_tensors({"y": (x @ w) * (x @ v)}))
+    assert cuda_blas.as_siblings(kernel) is None
+    assert _host_cublas().unsupported(kernel) == cuda_blas.NOT_SIBLING_PRODUCTS
+
+
 def test_siblings_of_products_are_offered_on_cublas_alone():
     """The CPU devices decline products side by side (each point would read their operands again) and say why; a
     plan on the host and the stand-in verifies either way."""
