@@ -1,9 +1,17 @@
 """Fixtures of every test."""
 
+import os
 import tempfile
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+settings.register_profile("deterministic", derandomize=True)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+"""Property tests draw the same examples on every run, so a commit passes or fails the same way each time;
+``HYPOTHESIS_PROFILE=explore`` draws new ones on each run, to hunt for bugs."""
 
 SNAPSHOT_REPORT = "snapshot_report.html"
 """pytest-textual-snapshot's default report path, relative to the working directory (the checkout)."""

@@ -323,8 +323,8 @@ class EGraph:
                 if other != p and self.union(other, p, CONGRUENCE):
                     owner = self.find(p)
             cls = self._classes[owner]
-            if cls.splat is None:
-                cls.splat = _splat(new, [self._classes[x] for x in new.children], cls.shape, cls.dtype)
+            if cls.splat is None:  # the union above may have merged a child of ``new`` (relu(relu(x)) = relu(x))
+                cls.splat = _splat(new, [self._classes[self.find(x)] for x in new.children], cls.shape, cls.dtype)
                 if cls.splat is not None:
                     self._pending.append(owner)
                     self._changed.add(owner)

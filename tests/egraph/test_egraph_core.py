@@ -267,6 +267,17 @@ def test_splat_needs_every_operand():
     assert eg.eclass(eg.add("mul", [x, two])).splat is None
 
 
+def test_a_congruence_merging_a_parents_own_child_keeps_the_splat_analysis_on_canonical_classes():
+    """relu(relu(x)) = relu(x) merges a class with its own child while its parents are repaired; the splat of the
+    repaired node is then read from the child's class as it is after that merge (found by the edge-program
+    property test: relu relu relu abs of an empty tensor, a KeyError)."""
+    x = Tensor.input("x", (0,))
+    program = from_tensors({"out": x.relu().relu().relu().abs()})
+    c = engine.compile_program(program, engine.discover(opencl=False, native=False, cuda=False),
+                               engine.Options(tune=False, tune_cache=False))
+    assert c.verification.ok and c.saturation is not None
+
+
 def test_splat_propagates_after_union():
     eg = EGraph()
     x = eg.leaf("x", (2, 3), F32)

@@ -39,7 +39,8 @@ def test_micro_benchmarks_fit_a_device_once_and_it_is_read_back(tmp_path):
     assert fitted.observations == len(micro_kernels()) - 1  # the tiny launch gives the overhead, not a factor
     assert set(fitted.shapes) == {shape(k) for k in micro_kernels()[1:]} and fitted.overhead > 0
     stored = json.loads((tmp_path / "calibration.json").read_text())["devices"]
-    assert list(stored) == [f"numpy|numpy {np.__version__}"]  # keyed by device and driver
+    assert list(stored) == [f"numpy|{device.driver_version}"]  # keyed by device and driver
+    assert device.driver_version.startswith(f"numpy {np.__version__} | openblas thread timeout ")
     again = Calibrations(tmp_path, fit=False).get(device)
     assert again == fitted
     k = matmul()
