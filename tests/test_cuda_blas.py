@@ -623,7 +623,9 @@ def test_siblings_of_products_are_offered_on_cublas_alone():
 @pytest.mark.skipif(_cupy() is None, reason="needs cupy and a CUDA GPU")
 @pytest.mark.parametrize("sample", ["swiglu_mlp.small", "swiglu_mlp"])
 def test_on_the_gpu_a_siblings_kernel_matches_the_host_and_a_cublas_plan_verifies(sample):
-    """The paired call on real buffers (its batch stride the distance between two cupy allocations)."""
+    """The paired call on real buffers (its batch stride the distance between two cupy allocations).  Random
+    normal operands make sums of 1024 products up to a few hundred: cuBLAS and numpy add them in other orders, so
+    the tolerance is relative to the output's largest value."""
     (device,) = cuda_blas.discover()[:1]
     program = load(sample_graphs.path(sample))
     (kernel,) = _siblings(program)
@@ -632,6 +634,7 @@ def test_on_the_gpu_a_siblings_kernel_matches_the_host_and_a_cublas_plan_verifie
     ins = [rng.standard_normal(b.numel).astype(np.float32) for b in kernel.inputs]
     got = [device.upload(np.full(b.numel, np.nan, np.float32)) for b in kernel.output_types]
     device.launch(device.compile(kernel), [device.upload(x) for x in ins], got)
-    np.testing.assert_allclose(device.download(got[0], kernel.output_types[0]).reshape(-1),
-                               _host_result(kernel, ins)[0], rtol=1e-4, atol=1e-4)
+    want = _host_result(kernel, ins)[0]
+    np.testing.assert_allclose(device.download(got[0], kernel.output_types[0]).reshape(-1), want, rtol=1e-4,
+                               atol=1e-5 * float(np.abs(want).max()))
     assert compile_program(program, [NumpyDevice(), device], Options(tune=False, tune_cache=False)).verification.ok
