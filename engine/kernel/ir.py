@@ -404,7 +404,7 @@ def format_kernel(kernel: Kernel, name: str) -> str:
     if kernel.row:
         inner = dependent(kernel.outputs, set(kernel.row))
         emit(kernel.outputs, indent, only=set(schedule(kernel.outputs)) - inner)
-        lines.append(f"    for {', '.join(f'{v} < {v.size}' for v in kernel.row) or 'one point'}:")
+        lines.append(f"    for {', '.join(f'{v} < {v.size}' for v in kernel.row)}:")
         indent, at = "      ", ", ".join(map(str, kernel.store))
     emit(kernel.outputs, indent)
     for i, e in enumerate(kernel.outputs):

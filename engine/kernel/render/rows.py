@@ -59,14 +59,13 @@ class RowEmitter(CStyleEmitter):
         stages = self.kernel.stages
         if self.variant.group <= 1 and self.kernel.siblings and len({s.size for s in stages}) == 1:
             self.sibling_loop()
-        for i, stage in enumerate(stages):
-            if Acc(stage.dtype, i) in self.names:
-                continue
-            if self.variant.group > 1:
-                self.group_stage(i, stage)
-            else:
-                self.loop_stage(i, stage)
-            self.names[Acc(stage.dtype, i)] = f"acc{i}"
+        else:
+            for i, stage in enumerate(stages):  # a later stage may read an earlier one's result: named at once
+                if self.variant.group > 1:
+                    self.group_stage(i, stage)
+                else:
+                    self.loop_stage(i, stage)
+                self.names[Acc(stage.dtype, i)] = f"acc{i}"
         self.row_outputs()
 
     def store_index(self) -> Idx:
@@ -154,9 +153,10 @@ class RowEmitter(CStyleEmitter):
         that an element their bodies share is loaded once for all of them.  Float sums of more than ``BLOCK``
         terms add in blocks, as ``loop_stage``'s do, unless the loop has a pragma."""
         stages = self.kernel.stages
-        flat, _ = flat_reduce(stages[0].vars)
+        flats = [flat_reduce(s.vars) for s in stages]  # one variable for all: the stages are of one size
+        flat = flats[0][0]
         self.vars[flat] = "ri"
-        bodies = [rewrite([s.body], flat_reduce(s.vars)[1])[0] for s in stages]
+        bodies = [rewrite([s.body], sub)[0] for s, (_, sub) in zip(stages, flats)]
         pragma = self.siblings_pragma()
         blocked = [pragma is None and s.op == "sum" and s.dtype.is_float and flat.size > BLOCK for s in stages]
         before = [f"{COMPUTE[s.dtype]} acc{i} = {self.init(s)};" for i, s in enumerate(stages)]
